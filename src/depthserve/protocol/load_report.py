@@ -1,0 +1,55 @@
+"""The load report a worker attaches to every reply, so the gateway sees real load without polling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+
+# Trailing-metadata key, in the spirit of Envoy's ORCA `endpoint-load-metrics` TEXT format.
+METADATA_KEY = "depthserve-load"
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """A worker's load at one instant: its queue, what runs, and the state of its accelerator."""
+
+    queue: int = 0
+    running: int = 0
+    max_batch: int = 1
+    gpu_util: float = 0.0
+    gpu_mem_used: int = 0
+    gpu_mem_total: int = 0
+    gpu_temp: float = 0.0
+    ts: float = 0.0
+
+    def encode(self) -> str:
+        """Render as `key=value,...` text, cheap to write and to parse on every reply."""
+        return ",".join(f"{key}={_fmt(value)}" for key, value in asdict(self).items())
+
+    @classmethod
+    def decode(cls, text: str) -> LoadReport:
+        """Parse `key=value,...` text, ignoring unknown keys so newer workers stay readable."""
+        types = {f.name: f.type for f in fields(cls)}
+        values: dict[str, float | int] = {}
+        for item in text.split(","):
+            key, _, raw = item.partition("=")
+            kind = types.get(key)
+            if kind is None or not raw:
+                continue
+            try:
+                values[key] = int(raw) if kind == "int" else float(raw)
+            except ValueError:
+                continue
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _fmt(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> LoadReport | None:
+    """Find and parse the load report in gRPC metadata, or None when the peer sent none."""
+    for key, value in metadata or ():
+        if key == METADATA_KEY:
+            return LoadReport.decode(value.decode() if isinstance(value, bytes) else value)
+    return None
