@@ -1,0 +1,5 @@
+"""Allow `python -m depthserve`."""
+
+from depthserve.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per policy; each defines a class with NAME and `pick`."""

@@ -1,0 +1,116 @@
+"""The `depthserve` command: thin wrappers that parse flags and call into the components."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from depthserve.settings import GatewaySettings, WorkerSettings, load_settings
+
+app = typer.Typer(
+    help="Serve LingBot-Depth from many workers behind one HTTP/2 gateway.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file")]
+
+
+@app.command()
+def worker(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="gRPC port [50051]")] = None,
+    model: Annotated[str | None, typer.Option(help="tiny | vitl14 | synthetic [tiny]")] = None,
+    name: Annotated[str | None, typer.Option(help="model name served [lingbot-depth]")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="model.pt / .safetensors / HF repo (vitl14)")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:N] [auto]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    queue_limit: Annotated[int | None, typer.Option(help="requests waiting before refusal [64]")] = None,
+    max_message_mb: Annotated[int | None, typer.Option(help="gRPC message limit, MiB [64]")] = None,
+    max_pixels: Annotated[int | None, typer.Option(help="largest image, pixels [40000000]")] = None,
+    warmup_requests: Annotated[int | None, typer.Option(help="warm-up inferences before ready [1]")] = None,
+    drain_seconds: Annotated[float | None, typer.Option(help="grace period on SIGTERM [10]")] = None,
+    synthetic_ms: Annotated[float | None, typer.Option(help="synthetic: base ms per batch [20]")] = None,
+    synthetic_per_item_ms: Annotated[float | None, typer.Option(help="synthetic: ms per item [0]")] = None,
+    synthetic_dist: Annotated[str | None, typer.Option(help="synthetic: const | exp | lognormal")] = None,
+    speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
+) -> None:
+    """Run a model worker (OIP v2 gRPC server)."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    from depthserve.worker.server import main
+
+    main(load_settings(WorkerSettings, config, **flags))
+
+
+@app.command()
+def gateway(
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port, HTTP/1.1 and h2c [8000]")] = None,
+    backends: Annotated[str | None, typer.Option(help="worker addresses HOST:PORT,HOST:PORT")] = None,
+    policy: Annotated[str | None, typer.Option(help="load-balancing policy [round_robin]")] = None,
+    model: Annotated[str | None, typer.Option(help="default model name [lingbot-depth]")] = None,
+    request_timeout_s: Annotated[float | None, typer.Option(help="request deadline, s [30]")] = None,
+    max_body_mb: Annotated[float | None, typer.Option(help="largest request body, MiB [32]")] = None,
+    health_interval_s: Annotated[float | None, typer.Option(help="health-check interval, s [1]")] = None,
+) -> None:
+    """Run the HTTP/2 gateway in front of workers."""
+    flags = {k: v for k, v in locals().items() if k != "config"}
+    from depthserve.gateway.serve import main
+
+    settings = load_settings(GatewaySettings, config, **flags)
+    if not settings.backends:
+        raise typer.BadParameter("give at least one backend with --backends HOST:PORT", param_hint="--backends")
+    main(settings)
+
+
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(help="number of workers", min=1)] = 2,
+    model: Annotated[str, typer.Option(help="tiny | vitl14 | synthetic")] = "tiny",
+    checkpoint: Annotated[str | None, typer.Option(help="checkpoint for vitl14")] = None,
+    port: Annotated[int, typer.Option(help="gateway HTTP port")] = 8000,
+    policy: Annotated[str, typer.Option(help="load-balancing policy")] = "round_robin",
+    threads: Annotated[int | None, typer.Option(help="torch threads per worker (default 1)")] = None,
+) -> None:
+    """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
+    from depthserve.local_cluster import LocalCluster
+
+    cluster = LocalCluster(
+        workers=workers, model=model, checkpoint=checkpoint, port=port, policy=policy, threads=threads
+    )
+    raise typer.Exit(cluster.run())
+
+
+@app.command()
+def predict(
+    image: Annotated[Path, typer.Argument(help="RGB image (PNG/JPEG/WebP)", exists=True, dir_okay=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="OUT.npy | OUT.png | OUT.ply")],
+    depth: Annotated[Path | None, typer.Option(help="raw depth: 16-bit PNG in mm or .npy in m")] = None,
+    intrinsics: Annotated[str | None, typer.Option(help="'fx,fy,cx,cy' or a JSON 3x3 file")] = None,
+    preview: Annotated[bool, typer.Option(help="with a .png output: a colourised preview")] = False,
+    resolution_level: Annotated[int, typer.Option(min=0, max=9, help="0 (fast) .. 9 (fine)")] = 9,
+    url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
+) -> None:
+    """Send one image to the gateway and write the depth result."""
+    from depthserve.client import predict_file
+
+    raise typer.Exit(predict_file(image, output, depth, intrinsics, preview, resolution_level, url))
+
+
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
+) -> None:
+    """Show the gateway's backends as a table."""
+    from depthserve.status_view import show_status
+
+    raise typer.Exit(show_status(url))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

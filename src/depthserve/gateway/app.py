@@ -1,0 +1,79 @@
+"""The gateway's ASGI application: routes, and the lifespan that runs the backend pool."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from depthserve.balancer import make_policy
+from depthserve.gateway.depth_route import depth_endpoint
+from depthserve.gateway.dispatcher import Dispatcher
+from depthserve.gateway.pool import BackendPool
+from depthserve.settings import GatewaySettings
+
+SETTINGS_ENV = "DEPTHSERVE_INTERNAL_GATEWAY_JSON"
+
+
+async def healthz(request: Request) -> JSONResponse:
+    """Say the process is alive (liveness), whatever its backends do."""
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    """Say whether at least one backend is ready, so a load balancer in front can route here."""
+    ready = request.app.state.pool.ready_count()
+    if ready:
+        return JSONResponse({"status": "ready", "ready_backends": ready})
+    return JSONResponse({"status": "not_ready", "reason": "no_backend", "ready_backends": 0}, 503)
+
+
+async def cluster(request: Request) -> JSONResponse:
+    """Describe every backend: state, in-flight, requests served, errors, latency, last load report."""
+    state = request.app.state
+    return JSONResponse(
+        {
+            "model": state.settings.model,
+            "policy": state.dispatcher.policy.name,
+            "backends": [b.describe() for b in state.pool.backends.values()],
+        }
+    )
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
+    pool = BackendPool(settings)
+    dispatcher = Dispatcher(pool, make_policy(settings.policy))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/depth", depth_endpoint, methods=["POST"]),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/v1/cluster", cluster),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.pool = pool
+    app.state.dispatcher = dispatcher
+    return app
+
+
+def app_from_env() -> Starlette:
+    """Factory granian calls in its worker process; settings travel in an environment variable."""
+    return create_app(GatewaySettings(**json.loads(os.environ[SETTINGS_ENV])))

@@ -1,0 +1,49 @@
+"""Gateway errors and the one place where gRPC failures become HTTP statuses with a JSON reason."""
+
+from __future__ import annotations
+
+import grpc
+from starlette.responses import JSONResponse
+
+
+class GatewayError(Exception):
+    """A request the gateway answers with an error status; `reason` is a stable machine-readable code."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    def response(self, request_id: str = "") -> JSONResponse:
+        """Render as `{"error", "reason"}` JSON, with Retry-After on overload answers."""
+        headers = {"X-Request-Id": request_id} if request_id else {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(self.retry_after)))
+        return JSONResponse({"error": self.message, "reason": self.reason}, self.status, headers=headers)
+
+
+_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request"),
+    grpc.StatusCode.NOT_FOUND: (404, "unknown_model"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (503, "backend_overloaded"),
+    grpc.StatusCode.UNAVAILABLE: (503, "backend_unavailable"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "deadline"),
+    grpc.StatusCode.CANCELLED: (503, "backend_unavailable"),
+}
+
+
+def from_rpc_error(error: grpc.aio.AioRpcError, backend: str) -> GatewayError:
+    """Translate a failed gRPC call into the HTTP error the client gets."""
+    status, reason = _STATUS.get(error.code(), (502, "backend_error"))
+    details = error.details() or error.code().name
+    if status == 400 or status == 404:
+        return GatewayError(status, reason, details)
+    retry_after = 1.0 if status == 503 else None
+    return GatewayError(status, reason, f"backend {backend}: {details}", retry_after)
+
+
+def no_backend(model: str) -> GatewayError:
+    """The error for a request that finds no ready backend."""
+    return GatewayError(503, "no_backend", f"no ready backend for model {model!r}", retry_after=1.0)

@@ -1,0 +1,175 @@
+"""`depthserve up`: start a gateway and N workers on this machine, wait until ready, stop them all."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from depthserve.probes import free_port, grpc_serving, http_ready
+
+console = Console(stderr=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child before exec
+    os.setsid()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    """A started component: its name, process and log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        """Give the last lines of the child's log, to explain a failure."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class LocalCluster:
+    """Supervises the child processes of a local cluster; nothing outlives it."""
+
+    def __init__(
+        self,
+        workers: int,
+        model: str,
+        checkpoint: str | None,
+        port: int,
+        policy: str,
+        threads: int | None,
+        ready_timeout_s: float = 600.0,
+    ) -> None:
+        self.workers = workers
+        self.model = model
+        self.checkpoint = checkpoint
+        self.port = port or free_port()
+        self.policy = policy
+        self.threads = threads or 1
+        self.ready_timeout_s = ready_timeout_s
+        self.log_dir = Path(tempfile.mkdtemp(prefix="depthserve-up-"))
+        self.children: list[Child] = []
+        self._stop_signal: int | None = None
+
+    def _spawn(self, name: str, args: list[str]) -> Child:
+        log = self.log_dir / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "depthserve", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )  # noqa: PLW1509 - no threads yet
+        child = Child(name, process, log)
+        self.children.append(child)
+        return child
+
+    def _wait_ready(self, progress: Progress, pending: dict[str, tuple[Child, str]]) -> bool:
+        tasks = {name: progress.add_task(f"{name} starting", total=1) for name in pending}
+        deadline = time.monotonic() + self.ready_timeout_s
+        while pending:
+            if self._stop_signal is not None:
+                return False
+            for name, (child, target) in list(pending.items()):
+                if child.process.poll() is not None:
+                    progress.stop()
+                    console.print(f"[red]{name} exited with code {child.process.returncode}:[/red]\n{child.tail()}")
+                    return False
+                ready = http_ready(target) if target.startswith("http") else grpc_serving(target)
+                if ready:
+                    progress.update(tasks[name], completed=1, description=f"{name} ready")
+                    del pending[name]
+            if time.monotonic() > deadline:
+                progress.stop()
+                console.print(f"[red]not ready after {self.ready_timeout_s:.0f}s: {', '.join(pending)}[/red]")
+                return False
+            time.sleep(0.2)
+        return True
+
+    def start(self) -> bool:
+        """Start workers, then the gateway, showing progress; False if anything failed to come up."""
+        addresses = []
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=False
+        ) as progress:
+            pending: dict[str, tuple[Child, str]] = {}
+            for index in range(self.workers):
+                address = f"127.0.0.1:{free_port()}"
+                args = [
+                    "worker",
+                    "--port",
+                    address.split(":")[1],
+                    "--model",
+                    self.model,
+                    "--threads",
+                    str(self.threads),
+                ]
+                if self.checkpoint:
+                    args += ["--checkpoint", self.checkpoint]
+                pending[f"worker-{index}"] = (self._spawn(f"worker-{index}", args), address)
+                addresses.append(address)
+            if not self._wait_ready(progress, pending):
+                return False
+            gateway = self._spawn(
+                "gateway",
+                ["gateway", "--port", str(self.port), "--backends", ",".join(addresses), "--policy", self.policy],
+            )
+            return self._wait_ready(progress, {"gateway": (gateway, f"http://127.0.0.1:{self.port}")})
+
+    def stop(self) -> None:
+        """Stop the gateway first, then the workers; kill whatever has not exited after 15 s."""
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15.0
+        for child in self.children:
+            try:
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self._stop_signal = signum
+
+    def run(self) -> int:
+        """Start, announce, wait for a signal or a dead child, then stop everything; return an exit code."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        code = 0
+        try:
+            if not self.start():
+                code = 0 if self._stop_signal is not None else 1
+                return code
+            url = f"http://127.0.0.1:{self.port}"
+            print(f"depthserve ready at {url}", flush=True)
+            console.print(
+                f"  try: curl --http2-prior-knowledge -H 'Content-Type: image/png' "
+                f"--data-binary @photo.png {url}/v1/depth -o depth.npy"
+            )
+            console.print(f"  status: depthserve status --url {url}   logs: {self.log_dir}")
+            while self._stop_signal is None:
+                dead = [c for c in self.children if c.process.poll() is not None]
+                if dead:
+                    console.print(f"[red]{dead[0].name} exited unexpectedly:[/red]\n{dead[0].tail()}")
+                    code = 1
+                    break
+                time.sleep(0.2)
+            return code
+        finally:
+            console.print("stopping depthserve…")
+            self.stop()

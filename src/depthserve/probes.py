@@ -1,0 +1,39 @@
+"""Blocking readiness probes and port picking, shared by `depthserve up`, tests and benchmarks."""
+
+from __future__ import annotations
+
+import socket
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+def free_port() -> int:
+    """Ask the kernel for a free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def grpc_serving(address: str, timeout: float = 1.0) -> bool:
+    """Whether a worker's gRPC health service answers SERVING."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def http_status(url: str, path: str, timeout: float = 1.0) -> int | None:
+    """GET url+path and give the status code, or None when nothing answers."""
+    try:
+        return httpx.get(url + path, timeout=timeout).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def http_ready(url: str) -> bool:
+    """Whether a gateway's /readyz answers 200."""
+    return http_status(url, "/readyz") == 200

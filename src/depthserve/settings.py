@@ -1,0 +1,97 @@
+"""Every tunable of a worker and a gateway, with its default, in one typed place.
+
+Values come, highest first, from command-line flags, `DEPTHSERVE_WORKER_*` /
+`DEPTHSERVE_GATEWAY_*` environment variables, a YAML file given with `--config`, then the
+defaults below.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+DEFAULT_MODEL_NAME = "lingbot-depth"
+
+
+class WorkerSettings(BaseSettings):
+    """How a worker serves its model over gRPC."""
+
+    model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_WORKER_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address the gRPC server binds")
+    port: int = Field(50051, ge=0, le=65535, description="gRPC port (0 picks a free one)")
+    model: Literal["tiny", "vitl14", "synthetic"] = Field("tiny", description="which network to run")
+    name: str = Field(DEFAULT_MODEL_NAME, description="model name clients and the gateway ask for")
+    checkpoint: str | None = Field(None, description="model.pt / .safetensors path or HF repo id (vitl14)")
+    device: str = Field("auto", description="torch device: auto picks cuda when present, else cpu")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's own choice)")
+    queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
+    max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
+    max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
+    warmup_requests: int = Field(1, ge=0, description="inferences run before the worker reports ready")
+    drain_seconds: float = Field(10.0, ge=0, description="grace period for in-flight requests on SIGTERM")
+    synthetic_ms: float = Field(20.0, ge=0, description="synthetic model: base service time per batch")
+    synthetic_per_item_ms: float = Field(0.0, ge=0, description="synthetic model: extra time per batch item")
+    synthetic_dist: Literal["const", "exp", "lognormal"] = Field("const", description="synthetic time shape")
+    speed: float = Field(1.0, gt=0, description="synthetic model: divides every service time (faster GPU)")
+    synthetic_mem_gb: float = Field(80.0, gt=0, description="synthetic model: reported accelerator memory")
+    seed: int = Field(0, description="seed for synthetic service times")
+
+
+class GatewaySettings(BaseSettings):
+    """How the gateway listens and reaches its workers."""
+
+    model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_GATEWAY_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(8000, ge=0, le=65535, description="HTTP/1.1 + HTTP/2 (h2c) port")
+    backends: list[str] = Field(default_factory=list, description="worker gRPC addresses HOST:PORT")
+    policy: str = Field("round_robin", description="load-balancing policy name")
+    model: str = Field(DEFAULT_MODEL_NAME, description="model used when a request names none")
+    request_timeout_s: float = Field(30.0, gt=0, description="deadline of a request, end to end")
+    max_body_mb: float = Field(32.0, gt=0, description="largest request body accepted, MiB")
+    max_message_mb: int = Field(64, ge=1, description="largest gRPC message to or from a worker, MiB")
+    health_interval_s: float = Field(1.0, gt=0, description="how often each backend's health is checked")
+    health_timeout_s: float = Field(1.0, gt=0, description="timeout of one health check")
+    ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _split_backends(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def load_settings(cls: type[SettingsT], config_file: Path | None = None, **flags: Any) -> SettingsT:
+    """Build settings from flags (those not None), environment, an optional YAML file, then defaults."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    if config_file is None:
+        return cls(**given)
+
+    class WithFile(cls):  # type: ignore[valid-type,misc]
+        model_config = SettingsConfigDict(**{**cls.model_config, "yaml_file": str(config_file)})
+
+        @classmethod
+        def settings_customise_sources(
+            cls_,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, YamlConfigSettingsSource(settings_cls)
+
+    return cls(**WithFile(**given).model_dump())

@@ -1,0 +1,140 @@
+"""Start real worker and gateway processes on loopback and wait until they serve."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from depthserve.probes import free_port, grpc_serving, http_ready, http_status
+
+
+class Proc:
+    """A depthserve child process with its log, stopped by `stop()` or the context manager."""
+
+    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.log = log
+        with log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "depthserve", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.popen.pid
+
+    def output(self) -> str:
+        """Everything the process wrote so far."""
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Signal the process, wait for it, kill its whole group if it lingers; return its exit code."""
+        if self.alive():
+            self.popen.send_signal(sig)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            return self.popen.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once, like a crash."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
+
+def wait_until(check: object, proc: Proc, timeout: float = 60.0) -> None:
+    """Poll `check()` until true; fail with the process log if it dies or the time runs out."""
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.popen.returncode}:\n{proc.output()[-3000:]}")
+        if check():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{proc.args[0]} not ready after {timeout}s:\n{proc.output()[-3000:]}")
+
+
+def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str = "worker") -> tuple[Proc, str]:
+    """Start a worker (default: synthetic, 0 ms) and wait until it serves; return it and its address."""
+    port = port or free_port()
+    args = ["worker", "--port", str(port), *extra]
+    if "--model" not in extra:
+        args += ["--model", "synthetic", "--synthetic-ms", "0"]
+    proc = Proc(args, log_dir / f"{name}-{port}.log")
+    address = f"127.0.0.1:{port}"
+    wait_until(lambda: grpc_serving(address), proc)
+    return proc, address
+
+
+def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True) -> tuple[Proc, str]:
+    """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers."""
+    port = free_port()
+    proc = Proc(
+        ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra], log_dir / f"gateway-{port}.log"
+    )
+    url = f"http://127.0.0.1:{port}"
+    if wait_ready:
+        wait_until(lambda: http_ready(url), proc)
+    else:
+        wait_until(lambda: http_status(url, "/healthz") == 200, proc)
+    return proc, url
+
+
+@contextmanager
+def running(*procs: Proc) -> Iterator[None]:
+    """Stop the given processes however the block ends."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def descendants(pid: int) -> set[int]:
+    """Find every live descendant of a process by walking /proc (for leak checks)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,52 @@
+"""Translate worker exceptions into gRPC status codes at one boundary, so clients get clear answers."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from depthserve.codec import CodecError
+from depthserve.protocol.tensors import TensorError
+from depthserve.worker.decode import BadRequest
+from depthserve.worker.device_queue import QueueFull
+
+log = logging.getLogger("depthserve.worker")
+
+
+class ModelNotFound(LookupError):
+    """The request names a model or version this worker does not serve."""
+
+
+class NotReady(RuntimeError):
+    """The model is still loading or warming up, or the worker is draining."""
+
+
+def _client_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [TensorError, CodecError, BadRequest]
+    try:  # torch-free module; absent only if the model package is trimmed out
+        from depthserve.model.errors import ModelInputError
+
+        errors.append(ModelInputError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(errors)
+
+
+CLIENT_ERRORS = _client_errors()
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """Map an exception to the status a client sees; unexpected ones are logged and reported as INTERNAL."""
+    if isinstance(exc, CLIENT_ERRORS):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, QueueFull):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, ModelNotFound):
+        return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, NotReady):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc) or "deadline passed before the request ran"
+    log.exception("request failed", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"

@@ -1,0 +1,42 @@
+"""What every model runner offers the worker: decode in a thread, compute on the device, report memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from depthserve.protocol.depth_api import DepthInputs
+
+
+@dataclass
+class Prepared:
+    """A request after decoding, ready for the device; `outputs` is filled by runners that need no device."""
+
+    inputs: DepthInputs
+    height: int
+    width: int
+    image: np.ndarray | None = None
+    depth: np.ndarray | None = None
+    intrinsics: np.ndarray | None = None
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Runner(Protocol):
+    """A model behind the worker; blocking methods run in threads, `compute` holds the device."""
+
+    platform: str
+    max_batch: int
+
+    def load(self) -> None:
+        """Load weights (blocking; called once in a thread before the worker reports ready)."""
+
+    def prepare(self, inputs: DepthInputs) -> Prepared:
+        """Decode and validate a request (blocking, in a thread); raises CodecError or ValueError."""
+
+    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
+        """Run the model for one prepared request and return depth, mask and optional points."""
+
+    def memory(self) -> tuple[int, int]:
+        """Give (used, total) bytes of the memory the model lives in."""

@@ -1,0 +1,79 @@
+"""A model that needs no network: it sleeps like a GPU would and returns a plausible depth map."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+
+from depthserve.protocol.depth_api import DepthInputs
+from depthserve.settings import WorkerSettings
+from depthserve.worker.decode import decode_inputs
+from depthserve.worker.runners.base import Prepared
+
+
+def service_time_s(settings: WorkerSettings, batch: int, rng: random.Random) -> float:
+    """Draw one batch's service time: (base + per-item * n) / speed, shaped by the chosen distribution."""
+    mean = (settings.synthetic_ms + settings.synthetic_per_item_ms * batch) / settings.speed / 1000.0
+    if mean <= 0:
+        return 0.0
+    if settings.synthetic_dist == "exp":
+        return rng.expovariate(1.0 / mean)
+    if settings.synthetic_dist == "lognormal":
+        sigma = 0.5
+        return rng.lognormvariate(np.log(mean) - sigma * sigma / 2, sigma)
+    return mean
+
+
+def plausible_depth(height: int, width: int) -> np.ndarray:
+    """Make a floor-to-far-wall depth map in metres (near at the bottom), smooth and finite."""
+    rows = np.linspace(6.0, 1.0, height, dtype=np.float32)[:, None]
+    cols = np.cos(np.linspace(-1.0, 1.0, width, dtype=np.float32))[None, :]
+    return (rows * (0.8 + 0.2 * cols)).astype(np.float32)
+
+
+def back_project(depth: np.ndarray, intrinsics: np.ndarray) -> np.ndarray:
+    """Back-project a depth map through pixel intrinsics into camera-frame points."""
+    height, width = depth.shape
+    fx, fy, cx, cy = intrinsics[0, 0], intrinsics[1, 1], intrinsics[0, 2], intrinsics[1, 2]
+    if max(abs(fx), abs(fy), abs(cx), abs(cy)) < 10:  # normalised intrinsics
+        fx, cx, fy, cy = fx * width, cx * width, fy * height, cy * height
+    u = np.arange(width, dtype=np.float32)[None, :]
+    v = np.arange(height, dtype=np.float32)[:, None]
+    return np.stack([(u - cx) * depth / fx, (v - cy) * depth / fy, depth], axis=-1).astype(np.float32)
+
+
+class SyntheticRunner:
+    """Emulates a GPU worker for load tests: finite capacity, service times from the settings."""
+
+    platform = "depthserve_synthetic"
+    max_batch = 1
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self._settings = settings
+        self._rng = random.Random(settings.seed)
+
+    def load(self) -> None:
+        """Nothing to load; present so the worker treats every runner alike."""
+
+    def prepare(self, inputs: DepthInputs) -> Prepared:
+        """Read the image size (no pixel decode) and build outputs of that size."""
+        prepared = decode_inputs(inputs, self._settings.max_pixels, decode_pixels=False)
+        depth = plausible_depth(prepared.height, prepared.width)
+        prepared.outputs = {"depth": depth, "mask": np.ones(depth.shape, dtype=bool)}
+        if prepared.intrinsics is not None:
+            prepared.outputs["points"] = back_project(depth, prepared.intrinsics)
+        return prepared
+
+    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
+        """Hold the device for one service time, then hand back the prepared outputs."""
+        delay = service_time_s(self._settings, 1, self._rng)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return prepared.outputs
+
+    def memory(self) -> tuple[int, int]:
+        """Report a plausible accelerator memory: a resident model plus a little per request."""
+        total = int(self._settings.synthetic_mem_gb * 2**30)
+        return int(total * 0.2), total

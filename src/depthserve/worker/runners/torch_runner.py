@@ -1,0 +1,88 @@
+"""Runs the real LingBot-Depth network (the `tiny` or `vitl14` preset) with torch, in a device thread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from depthserve.protocol.depth_api import DepthInputs
+from depthserve.settings import WorkerSettings
+from depthserve.worker.decode import decode_inputs
+from depthserve.worker.runners.base import Prepared
+
+
+def _process_rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+class TorchRunner:
+    """Holds one model on one device; torch is imported only here, when this runner is built."""
+
+    platform = "pytorch_libtorch"
+    max_batch = 1
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self._settings = settings
+        self._model: Any = None
+        self._device = "cpu"
+        # One thread owns the device so forwards never interleave; torch parallelises inside it.
+        self._device_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device")
+
+    def load(self) -> None:
+        """Import torch, pick the device and load weights from the preset or the checkpoint."""
+        import torch
+
+        from depthserve.model import load_model
+
+        if self._settings.threads:
+            torch.set_num_threads(self._settings.threads)
+        device = self._settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self._device = device
+        source = self._settings.checkpoint if self._settings.model == "vitl14" else self._settings.model
+        if source is None:
+            raise ValueError("model vitl14 needs --checkpoint (model.pt, .safetensors or a HF repo id)")
+        self._model = load_model(source, device=device)
+
+    def prepare(self, inputs: DepthInputs) -> Prepared:
+        """Decode image and depth to arrays (in a worker thread)."""
+        return decode_inputs(inputs, self._settings.max_pixels)
+
+    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
+        """Run the forward pass in the device thread so the event loop keeps serving."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._device_thread, self._predict, prepared)
+
+    def _predict(self, prepared: Prepared) -> dict[str, np.ndarray]:
+        from depthserve.model.runner import predict
+
+        inputs = prepared.inputs
+        assert prepared.image is not None
+        return predict(
+            self._model,
+            prepared.image,
+            depth=prepared.depth,
+            intrinsics=prepared.intrinsics,
+            resolution_level=inputs.resolution_level,
+            num_tokens=inputs.num_tokens,
+            apply_mask=inputs.apply_mask,
+        )
+
+    def memory(self) -> tuple[int, int]:
+        """Report accelerator memory on CUDA, else this process's RSS against physical memory."""
+        if self._device.startswith("cuda"):
+            import torch
+
+            free, total = torch.cuda.mem_get_info()
+            return total - free, total
+        return _process_rss(), _physical_memory()

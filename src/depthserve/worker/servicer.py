@@ -1,0 +1,115 @@
+"""The OIP v2 `inference.GRPCInferenceService` of a worker: metadata, readiness and ModelInfer."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from depthserve import __version__
+from depthserve.protocol.depth_api import parse_request
+from depthserve.worker.device_queue import DeviceQueue
+from depthserve.worker.encode import encode_response
+from depthserve.worker.errors import ModelNotFound, NotReady, status_for
+from depthserve.worker.load import load_metadata
+from depthserve.worker.runners.base import Runner
+
+MODEL_VERSION = "1"
+_INPUTS = (("image", "BYTES", [-1]), ("depth", "FP32", [-1, -1]), ("intrinsics", "FP32", [3, 3]))
+_OUTPUTS = (("depth", "FP32", [-1, -1]), ("mask", "BOOL", [-1, -1]), ("points", "FP32", [-1, -1, 3]))
+
+
+@dataclass
+class WorkerState:
+    """What the servicer and the lifecycle share: readiness and request counters."""
+
+    ready: bool = False
+    draining: bool = False
+    served: int = 0
+    failed: int = 0
+
+
+def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    return [pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=d, shape=s) for n, d, s in specs]
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Answers OIP calls for one model; every ModelInfer reply carries the worker's load report."""
+
+    def __init__(self, model_name: str, runner: Runner, queue: DeviceQueue, state: WorkerState) -> None:
+        self._name = model_name
+        self._runner = runner
+        self._queue = queue
+        self._state = state
+
+    def _serves(self, name: str, version: str) -> bool:
+        return name == self._name and version in ("", MODEL_VERSION)
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._state.ready and not self._state.draining)
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
+        ready = self._state.ready and not self._state.draining and self._serves(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="depthserve-worker", version=__version__, extensions=["depthserve-load"])
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelMetadataResponse:
+        if not self._serves(request.name, request.version):
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown model {request.name!r} version {request.version!r}"
+            )
+        return pb.ModelMetadataResponse(
+            name=self._name,
+            versions=[MODEL_VERSION],
+            platform=self._runner.platform,
+            inputs=_tensor_metadata(_INPUTS),
+            outputs=_tensor_metadata(_OUTPUTS),
+        )
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
+        try:
+            response = await self._infer(request, context)
+        except asyncio.CancelledError:
+            self._state.failed += 1
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is translated at this one boundary
+            self._state.failed += 1
+            code, message = status_for(exc)
+            await context.abort(code, message, trailing_metadata=load_metadata(self._queue, self._runner))
+        self._state.served += 1
+        context.set_trailing_metadata(load_metadata(self._queue, self._runner))
+        return response
+
+    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        if not self._serves(request.model_name, request.model_version):
+            raise ModelNotFound(f"unknown model {request.model_name!r} version {request.model_version!r}")
+        if not self._state.ready or self._state.draining:
+            raise NotReady("worker is not ready" if not self._state.ready else "worker is draining")
+        inputs = parse_request(request)
+        prepared = await asyncio.to_thread(self._runner.prepare, inputs)
+        async with self._queue.slot():
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError("deadline passed while queued; not computed")
+            outputs = await self._runner.compute(prepared)
+        return await asyncio.to_thread(encode_response, self._name, request.id, outputs, prepared)

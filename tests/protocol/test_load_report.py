@@ -1,0 +1,29 @@
+"""The load report survives the trip through text metadata, and newer fields do not break older readers."""
+
+from __future__ import annotations
+
+from depthserve.protocol.load_report import METADATA_KEY, LoadReport, from_metadata
+
+
+def test_round_trip() -> None:
+    report = LoadReport(
+        queue=3,
+        running=1,
+        max_batch=8,
+        gpu_util=0.625,
+        gpu_mem_used=2**33,
+        gpu_mem_total=2**36,
+        gpu_temp=71.5,
+        ts=1796000000.25,
+    )
+    assert LoadReport.decode(report.encode()) == report
+
+
+def test_unknown_and_malformed_fields_are_ignored() -> None:
+    assert LoadReport.decode("queue=2,colour=blue,running=x,gpu_util=0.5") == LoadReport(queue=2, gpu_util=0.5)
+
+
+def test_found_in_metadata_or_absent() -> None:
+    assert from_metadata([("other", "1"), (METADATA_KEY, b"queue=4")]) == LoadReport(queue=4)
+    assert from_metadata([("other", "1")]) is None
+    assert from_metadata(None) is None

@@ -1,0 +1,78 @@
+"""The device queue: one holder at a time, bounded waiting, and a busy fraction like a GPU gauge."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from depthserve.testing.fakes import FakeClock
+from depthserve.worker.device_queue import DeviceQueue, QueueFull
+
+
+async def test_one_at_a_time_in_arrival_order() -> None:
+    queue = DeviceQueue(limit=10)
+    order: list[int] = []
+
+    async def job(n: int) -> None:
+        async with queue.slot():
+            assert queue.running == 1
+            order.append(n)
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(job(n) for n in range(5)))
+    assert order == [0, 1, 2, 3, 4] and queue.running == 0 and queue.waiting == 0
+
+
+async def test_refuses_beyond_the_limit_and_recovers() -> None:
+    queue = DeviceQueue(limit=1)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with queue.slot():
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    assert queue.waiting == 1
+    with pytest.raises(QueueFull):
+        async with queue.slot():
+            pass
+    release.set()
+    await asyncio.gather(holder, waiter)
+    async with queue.slot():
+        assert queue.running == 1
+
+
+async def test_cancelled_waiter_leaves_no_trace() -> None:
+    queue = DeviceQueue(limit=4)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with queue.slot():
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(hold())
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert queue.waiting == 0
+    release.set()
+    await holder
+    assert queue.running == 0
+
+
+async def test_utilisation_is_the_busy_fraction_of_the_window() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(limit=1, window_s=10.0, clock=clock)
+    async with queue.slot():
+        clock.advance(4.0)
+        assert queue.utilisation() == pytest.approx(0.4)
+    clock.advance(6.0)
+    assert queue.utilisation() == pytest.approx(0.4)
+    clock.advance(5.0)
+    assert queue.utilisation() == pytest.approx(0.0)
