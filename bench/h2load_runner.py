@@ -41,13 +41,13 @@ def run_h2load(
     core: int | None = None,
     warmup: int = 200,
 ) -> LoadResult:
-    """Send `requests` POSTs with `streams` in flight on one HTTP/2 connection; parse the per-request log."""
+    """Send `requests` POSTs (GETs when `body` is empty) with `streams` in flight on one HTTP/2 connection."""
     h2load = require_h2load()
     with tempfile.TemporaryDirectory() as tmp:
         body_file = Path(tmp) / "body"
         body_file.write_bytes(body)
         log = Path(tmp) / "log.tsv"
-        args = [h2load, "-c", "1", "-m", str(streams), "-d", str(body_file)]
+        args = [h2load, "-c", "1", "-m", str(streams)] + (["-d", str(body_file)] if body else [])
         for name, value in headers.items():
             args += ["-H", f"{name}: {value}"]
         prefix = ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []

@@ -74,5 +74,7 @@ async def test_utilisation_is_the_busy_fraction_of_the_window() -> None:
         assert queue.utilisation() == pytest.approx(0.4)
     clock.advance(6.0)
     assert queue.utilisation() == pytest.approx(0.4)
-    clock.advance(5.0)
+    clock.advance(2.0)  # window now starts 2 s into the busy interval: 2 of its 4 s still count
+    assert queue.utilisation() == pytest.approx(0.2)
+    clock.advance(3.0)
     assert queue.utilisation() == pytest.approx(0.0)

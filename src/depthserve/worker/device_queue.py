@@ -23,7 +23,8 @@ class DeviceQueue:
         self._lock = asyncio.Lock()
         self._clock = clock
         self._window_s = window_s
-        self._busy: deque[tuple[float, float]] = deque()
+        self._busy: deque[tuple[float, float]] = deque()  # finished busy intervals, oldest first
+        self._busy_total = 0.0  # sum of the intervals in _busy, kept so utilisation() is O(1) amortised
         self._busy_since: float | None = None
 
     @asynccontextmanager
@@ -41,7 +42,9 @@ class DeviceQueue:
         try:
             yield
         finally:
-            self._busy.append((self._busy_since, self._clock()))
+            end = self._clock()
+            self._busy.append((self._busy_since, end))
+            self._busy_total += end - self._busy_since
             self._busy_since = None
             self.running -= 1
             self._lock.release()
@@ -51,8 +54,11 @@ class DeviceQueue:
         now = self._clock()
         start = now - self._window_s
         while self._busy and self._busy[0][1] < start:
-            self._busy.popleft()
-        busy = sum(min(end, now) - max(begin, start) for begin, end in self._busy)
+            begin, end = self._busy.popleft()
+            self._busy_total -= end - begin
+        busy = self._busy_total
+        if self._busy:
+            busy -= max(0.0, start - self._busy[0][0])  # the part of the oldest interval before the window
         if self._busy_since is not None:
             busy += now - max(self._busy_since, start)
         return max(0.0, min(1.0, busy / self._window_s))

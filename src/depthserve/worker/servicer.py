@@ -12,7 +12,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from depthserve import __version__
 from depthserve.protocol.depth_api import parse_request
 from depthserve.worker.device_queue import DeviceQueue
-from depthserve.worker.encode import encode_response
+from depthserve.worker.encode import cheap_to_encode, encode_response
 from depthserve.worker.errors import ModelNotFound, NotReady, status_for
 from depthserve.worker.load import load_metadata
 from depthserve.worker.runners.base import Runner
@@ -106,10 +106,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not self._state.ready or self._state.draining:
             raise NotReady("worker is not ready" if not self._state.ready else "worker is draining")
         inputs = parse_request(request)
-        prepared = await asyncio.to_thread(self._runner.prepare, inputs)
+        if self._runner.cheap_prepare:
+            prepared = self._runner.prepare(inputs)
+        else:
+            prepared = await asyncio.to_thread(self._runner.prepare, inputs)
         async with self._queue.slot():
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError("deadline passed while queued; not computed")
             outputs = await self._runner.compute(prepared)
+        if cheap_to_encode(prepared):
+            return encode_response(self._name, request.id, outputs, prepared)
         return await asyncio.to_thread(encode_response, self._name, request.id, outputs, prepared)

@@ -28,6 +28,7 @@ class Runner(Protocol):
 
     platform: str
     max_batch: int
+    cheap_prepare: bool  # True when prepare() only reads headers, so it runs on the loop, not in a thread
 
     def load(self) -> None:
         """Load weights (blocking; called once in a thread before the worker reports ready)."""

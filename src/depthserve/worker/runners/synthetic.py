@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 
 import numpy as np
@@ -26,11 +27,14 @@ def service_time_s(settings: WorkerSettings, batch: int, rng: random.Random) -> 
     return mean
 
 
+@functools.lru_cache(maxsize=32)
 def plausible_depth(height: int, width: int) -> np.ndarray:
-    """Make a floor-to-far-wall depth map in metres (near at the bottom), smooth and finite."""
+    """Make a floor-to-far-wall depth map in metres (near at the bottom); cached and read-only."""
     rows = np.linspace(6.0, 1.0, height, dtype=np.float32)[:, None]
     cols = np.cos(np.linspace(-1.0, 1.0, width, dtype=np.float32))[None, :]
-    return (rows * (0.8 + 0.2 * cols)).astype(np.float32)
+    depth = (rows * (0.8 + 0.2 * cols)).astype(np.float32)
+    depth.flags.writeable = False
+    return depth
 
 
 def back_project(depth: np.ndarray, intrinsics: np.ndarray) -> np.ndarray:
@@ -44,11 +48,19 @@ def back_project(depth: np.ndarray, intrinsics: np.ndarray) -> np.ndarray:
     return np.stack([(u - cx) * depth / fx, (v - cy) * depth / fy, depth], axis=-1).astype(np.float32)
 
 
+@functools.lru_cache(maxsize=32)
+def _all_valid(height: int, width: int) -> np.ndarray:
+    mask = np.ones((height, width), dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 class SyntheticRunner:
     """Emulates a GPU worker for load tests: finite capacity, service times from the settings."""
 
     platform = "depthserve_synthetic"
     max_batch = 1
+    cheap_prepare = True
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
@@ -61,7 +73,7 @@ class SyntheticRunner:
         """Read the image size (no pixel decode) and build outputs of that size."""
         prepared = decode_inputs(inputs, self._settings.max_pixels, decode_pixels=False)
         depth = plausible_depth(prepared.height, prepared.width)
-        prepared.outputs = {"depth": depth, "mask": np.ones(depth.shape, dtype=bool)}
+        prepared.outputs = {"depth": depth, "mask": _all_valid(prepared.height, prepared.width)}
         if prepared.intrinsics is not None:
             prepared.outputs["points"] = back_project(depth, prepared.intrinsics)
         return prepared

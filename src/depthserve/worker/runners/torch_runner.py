@@ -29,6 +29,7 @@ class TorchRunner:
 
     platform = "pytorch_libtorch"
     max_batch = 1
+    cheap_prepare = False
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
