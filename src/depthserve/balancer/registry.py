@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 from depthserve.balancer.policies.round_robin import RoundRobin
-from depthserve.balancer.types import Policy
+from depthserve.balancer.types import Policy, PolicyFactory
 
-_FACTORIES: dict[str, Callable[[], Policy]] = {
-    RoundRobin.name: RoundRobin,
+_FACTORIES: dict[str, type[PolicyFactory]] = {
+    factory.name: factory
+    for factory in (
+        RoundRobin,
+    )
 }
 
 
@@ -17,9 +21,9 @@ def policy_names() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def make_policy(name: str) -> Policy:
-    """Build a fresh policy by name, or raise ValueError naming the choices."""
+def make_policy(name: str, options: Mapping[str, Any] | None = None, seed: int | None = None) -> Policy:
+    """Build a fresh policy by name from its options, or raise ValueError naming the choices."""
     factory = _FACTORIES.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}")
-    return factory()
+    return factory.from_config(options or {}, seed)

@@ -71,7 +71,7 @@ class Backend:
 
     def view(self) -> BackendView:
         """Freeze the current state into the immutable view a policy reads."""
-        return BackendView(self.address, self.weight, self.stats.in_flight, self.stats.ewma_ms, self.load)
+        return BackendView(self.address, self.weight, self.stats.in_flight, self.stats.ewma_ms, load=self.load)
 
     def describe(self) -> dict[str, object]:
         """Summarise this backend for /v1/cluster."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from depthserve.balancer.types import RequestInfo, Snapshot
 
@@ -14,6 +15,13 @@ class RoundRobin:
 
     def __init__(self) -> None:
         self._next = 0
+
+    @classmethod
+    def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> RoundRobin:
+        """Round robin takes no options."""
+        if options:
+            raise ValueError(f"round_robin takes no options, got {sorted(options)}")
+        return cls()
 
     def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
         """Start at the next position of the cycle and list every backend from there."""
