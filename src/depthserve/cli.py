@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -50,8 +51,10 @@ def gateway(
     config: ConfigOpt = None,
     host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port, HTTP/1.1 and h2c [8000]")] = None,
-    backends: Annotated[str | None, typer.Option(help="worker addresses HOST:PORT,HOST:PORT")] = None,
+    backends: Annotated[str | None, typer.Option(help="workers HOST:PORT[@WEIGHT|@auto],...")] = None,
     policy: Annotated[str | None, typer.Option(help="load-balancing policy [round_robin]")] = None,
+    policy_options: Annotated[str | None, typer.Option(help='policy options as JSON: {"choice_count": 3}')] = None,
+    auto_weights: Annotated[bool | None, typer.Option("--auto-weights", help="weigh by measured throughput")] = None,
     model: Annotated[str | None, typer.Option(help="default model name [lingbot-depth]")] = None,
     request_timeout_s: Annotated[float | None, typer.Option(help="request deadline, s [30]")] = None,
     max_body_mb: Annotated[float | None, typer.Option(help="largest request body, MiB [32]")] = None,
@@ -61,9 +64,20 @@ def gateway(
     flags = {k: v for k, v in locals().items() if k != "config"}
     from depthserve.gateway.serve import main
 
+    if policy_options is not None:
+        try:
+            flags["policy_options"] = json.loads(policy_options)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--policy-options") from None
     settings = load_settings(GatewaySettings, config, **flags)
     if not settings.backends:
         raise typer.BadParameter("give at least one backend with --backends HOST:PORT", param_hint="--backends")
+    from depthserve.gateway.app import check_settings
+
+    try:
+        check_settings(settings)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     main(settings)
 
 

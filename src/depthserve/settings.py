@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -46,6 +46,15 @@ class WorkerSettings(BaseSettings):
     seed: int = Field(0, description="seed for synthetic service times")
 
 
+class PolicyConfig(BaseModel):
+    """A load-balancing policy by name with its options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class GatewaySettings(BaseSettings):
     """How the gateway listens and reaches its workers."""
 
@@ -53,8 +62,15 @@ class GatewaySettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address the HTTP server binds")
     port: int = Field(8000, ge=0, le=65535, description="HTTP/1.1 + HTTP/2 (h2c) port")
-    backends: list[str] = Field(default_factory=list, description="worker gRPC addresses HOST:PORT")
-    policy: str = Field("round_robin", description="load-balancing policy name")
+    backends: list[str] = Field(default_factory=list, description="worker addresses HOST:PORT[@WEIGHT|@auto]")
+    auto_weights: bool = Field(False, description="weigh backends without @WEIGHT by measured throughput")
+    policy: str = Field("round_robin", description="load-balancing policy for models without their own")
+    policy_options: dict[str, Any] = Field(default_factory=dict, description="options of the default policy")
+    policies: dict[str, PolicyConfig] = Field(
+        default_factory=dict, description="per model name: {name, options} overriding the default policy"
+    )
+    max_report_age_s: float = Field(5.0, gt=0, description="older load reports count as unknown, not idle")
+    peak_decay_s: float = Field(10.0, gt=0, description="time constant of peak-EWMA latency decay")
     model: str = Field(DEFAULT_MODEL_NAME, description="model used when a request names none")
     request_timeout_s: float = Field(30.0, gt=0, description="deadline of a request, end to end")
     max_body_mb: float = Field(32.0, gt=0, description="largest request body accepted, MiB")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import httpx
@@ -9,30 +10,64 @@ from rich.console import Console
 from rich.table import Table
 
 
+def _load_cells(backend: dict[str, Any]) -> list[str]:
+    load = backend.get("load")
+    if not load or backend.get("load_stale"):
+        return ["?"] * 6  # no report, or too old to trust: unknown, not idle
+    mem = f"{load['gpu_mem_used'] / 2**30:.1f}/{load['gpu_mem_total'] / 2**30:.0f}G" if load["gpu_mem_total"] else "-"
+    return [
+        f"{load['queue']}+{load['running']}",
+        f"{load['gpu_util']:.0%}",
+        mem,
+        f"{load['gpu_temp']:.0f}C" if load["gpu_temp"] else "-",
+        f"{load['capacity_rps']:.1f}" if load["capacity_rps"] else "-",
+        f"{backend['load_age_s']:.1f}s",
+    ]
+
+
 def cluster_table(cluster: dict[str, Any]) -> Table:
-    """Lay out one row per backend with its state, load and latency."""
-    table = Table(title=f"model {cluster.get('model')} · policy {cluster.get('policy')}")
-    for column in ("backend", "state", "in flight", "served", "errors", "ewma ms", "queue", "util"):
+    """Lay out one row per backend: state, weight, the gateway's stats and the backend's last load report."""
+    policies = ", ".join(f"{m}: {p}" for m, p in cluster.get("policies", {}).items())
+    title = f"model {cluster.get('model')} · policy {cluster.get('policy')}" + (f" ({policies})" if policies else "")
+    table = Table(title=title)
+    columns = (
+        "backend",
+        "state",
+        "weight",
+        "in flight",
+        "served",
+        "errors",
+        "ewma ms",
+        "peak ms",
+        "queue+run",
+        "util",
+        "memory",
+        "temp",
+        "cap rps",
+        "report age",
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column in ("backend", "state") else "right")
     for backend in cluster.get("backends", []):
-        load = backend.get("load") or {}
         colour = {"ready": "green", "unready": "red"}.get(backend["state"], "yellow")
+        weight = f"{backend['weight']:g}" + (" auto" if backend.get("weight_mode") == "auto" else "")
         table.add_row(
             backend["address"],
             f"[{colour}]{backend['state']}[/{colour}]",
+            weight,
             str(backend["in_flight"]),
             str(backend["served"]),
             str(backend["errors"]),
             f"{backend['ewma_ms']:.1f}",
-            str(load.get("queue", "-")),
-            f"{load['gpu_util']:.0%}" if "gpu_util" in load else "-",
+            f"{backend['peak_ewma_ms']:.1f}",
+            *_load_cells(backend),
         )
     return table
 
 
 def show_status(url: str) -> int:
     """Fetch /v1/cluster and print it; return an exit code."""
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 220)  # pipes and logs get the whole table
     try:
         reply = httpx.get(f"{url.rstrip('/')}/v1/cluster", timeout=5.0)
         reply.raise_for_status()

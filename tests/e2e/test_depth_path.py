@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,11 +183,15 @@ def test_depth_size_mismatch_is_refused(cluster: dict[str, Any], rgb_png: bytes)
     assert "10" in reply.json()["error"] and "48" in reply.json()["error"]
 
 
-def test_cluster_view_counts_requests(cluster: dict[str, Any], rgb_png: bytes) -> None:
+def test_cluster_view_counts_requests_and_shows_load(cluster: dict[str, Any], rgb_png: bytes) -> None:
     before = httpx.get(f"{cluster['url']}/v1/cluster").json()["backends"][0]["served"]
     httpx.post(f"{cluster['url']}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"}, timeout=60)
     view = httpx.get(f"{cluster['url']}/v1/cluster").json()
+    assert view["policy"] == "round_robin"
     backend = view["backends"][0]
     assert backend["state"] == "ready" and backend["served"] == before + 1
-    assert backend["ewma_ms"] > 0 and backend["load"]["max_batch"] == 1
-    assert json.dumps(view)  # serialisable as served
+    assert backend["weight"] == 1.0 and backend["weight_mode"] == "static"
+    assert backend["ewma_ms"] > 0 and backend["peak_ewma_ms"] >= backend["ewma_ms"] * 0.5
+    load = backend["load"]
+    assert backend["load_stale"] is False and load["max_batch"] == 1
+    assert load["capacity_rps"] > 0 and 0 < load["gpu_mem_used"] < load["gpu_mem_total"]  # CPU: RSS of physical

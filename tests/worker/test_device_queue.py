@@ -78,3 +78,17 @@ async def test_utilisation_is_the_busy_fraction_of_the_window() -> None:
     assert queue.utilisation() == pytest.approx(0.2)
     clock.advance(3.0)
     assert queue.utilisation() == pytest.approx(0.0)
+
+
+async def test_capacity_is_items_per_busy_second() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(limit=1, window_s=10.0, clock=clock)
+    assert queue.capacity_rps() == 0.0  # unknown until something ran
+    for _ in range(3):
+        async with queue.slot():
+            clock.advance(0.25)
+        clock.advance(1.0)  # idle time does not lower capacity
+    assert queue.capacity_rps() == 4.0
+    async with queue.slot(items=4):
+        clock.advance(0.5)
+    assert queue.capacity_rps() == 7 / 1.25

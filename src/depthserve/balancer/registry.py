@@ -8,12 +8,7 @@ from typing import Any
 from depthserve.balancer.policies.round_robin import RoundRobin
 from depthserve.balancer.types import Policy, PolicyFactory
 
-_FACTORIES: dict[str, type[PolicyFactory]] = {
-    factory.name: factory
-    for factory in (
-        RoundRobin,
-    )
-}
+_FACTORIES: dict[str, type[PolicyFactory]] = {factory.name: factory for factory in (RoundRobin,)}
 
 
 def policy_names() -> list[str]:

@@ -12,10 +12,7 @@ import numpy as np
 from depthserve.codec.errors import InvalidIntrinsics
 
 _SEPARATORS = re.compile(r"[,;\s]+")
-_HOW = (
-    "send [[fx,0,cx],[0,fy,cy],[0,0,1]], 9 numbers, 4 numbers fx,fy,cx,cy, "
-    'or {"fx":..,"fy":..,"cx":..,"cy":..}'
-)
+_HOW = 'send [[fx,0,cx],[0,fy,cy],[0,0,1]], 9 numbers, 4 numbers fx,fy,cx,cy, or {"fx":..,"fy":..,"cx":..,"cy":..}'
 _KEYS = ("fx", "fy", "cx", "cy")
 
 

@@ -37,9 +37,7 @@ def read_npy_header(data: bytes, max_elements: int = DEFAULT_MAX_NPY_ELEMENTS) -
         elif version == (2, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
-            raise InvalidArray(
-                f".npy format version {version[0]}.{version[1]} is not supported (use 1.0 or 2.0)"
-            )
+            raise InvalidArray(f".npy format version {version[0]}.{version[1]} is not supported (use 1.0 or 2.0)")
     except InvalidArray:
         raise
     except Exception as exc:  # noqa: BLE001 - ValueError, SyntaxError, TypeError... all mean a bad header

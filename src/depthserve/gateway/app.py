@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from depthserve.balancer import make_policy
+from depthserve.gateway.backend_spec import parse_backend
 from depthserve.gateway.depth_route import depth_endpoint
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.pool import BackendPool
@@ -35,21 +36,36 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 async def cluster(request: Request) -> JSONResponse:
-    """Describe every backend: state, in-flight, requests served, errors, latency, last load report."""
+    """Describe the policy and every backend: state, weight, in-flight, served, errors, latency, load report."""
     state = request.app.state
+    dispatcher: Dispatcher = state.dispatcher
     return JSONResponse(
         {
             "model": state.settings.model,
-            "policy": state.dispatcher.policy.name,
-            "backends": [b.describe() for b in state.pool.backends.values()],
+            "policy": dispatcher.default_policy.name,
+            "policies": {model: policy.name for model, policy in dispatcher.policies.items()},
+            "backends": state.pool.describe(),
         }
     )
+
+
+def check_settings(settings: GatewaySettings) -> None:
+    """Fail early, with the reason, on backend specs or policies that would fail inside the server."""
+    for text in settings.backends:
+        parse_backend(text)
+    make_policy(settings.policy, settings.policy_options)
+    for model, policy in settings.policies.items():
+        try:
+            make_policy(policy.name, policy.options)
+        except ValueError as exc:
+            raise ValueError(f"policy for model {model!r}: {exc}") from None
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
     pool = BackendPool(settings)
-    dispatcher = Dispatcher(pool, make_policy(settings.policy))
+    policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
+    dispatcher = Dispatcher(pool, make_policy(settings.policy, settings.policy_options), policies)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

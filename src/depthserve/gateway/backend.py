@@ -2,84 +2,67 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-from depthserve.balancer.types import BackendView
+from depthserve.gateway.backend_spec import BackendSpec
+from depthserve.gateway.backend_stats import BackendStats
 from depthserve.protocol.load_report import LoadReport
 
 UNKNOWN, READY, UNREADY = "unknown", "ready", "unready"
 
 
-@dataclass
-class BackendStats:
-    """Counters the dispatcher updates after each call; read by snapshots and /v1/cluster."""
-
-    in_flight: int = 0
-    served: int = 0
-    errors: int = 0
-    ewma_ms: float = 0.0
-    consecutive_errors: int = 0
+def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
+    """Raise message limits for images and keep idle channels alive through NATs and proxies."""
+    limit = max_message_mb * 1024 * 1024
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
 
 
 class Backend:
-    """A worker address with one channel for its whole life, its health state and its stats."""
+    """A worker address with one channel for its whole life, its health state, stats and last load report."""
 
-    def __init__(self, address: str, max_message_mb: int, ewma_alpha: float = 0.3) -> None:
-        self.address = address
-        limit = max_message_mb * 1024 * 1024
-        self.channel = grpc.aio.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-                ("grpc.keepalive_time_ms", 10_000),
-                ("grpc.keepalive_timeout_ms", 5_000),
-                ("grpc.http2.max_pings_without_data", 0),
-            ],
-        )
+    def __init__(self, spec: BackendSpec, max_message_mb: int, stats: BackendStats) -> None:
+        self.spec = spec
+        self.address = spec.address
+        self.channel = grpc.aio.insecure_channel(spec.address, options=channel_options(max_message_mb))
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.state = UNKNOWN
-        self.weight = 1.0
-        self.stats = BackendStats()
+        self.stats = stats
         self.load: LoadReport | None = None
-        self._alpha = ewma_alpha
+        self.load_at = float("-inf")  # gateway clock (monotonic) when the report arrived
 
-    def started(self) -> None:
-        """Count a call that is about to be sent."""
-        self.stats.in_flight += 1
-
-    def finished(self, ok: bool, latency_ms: float, load: LoadReport | None) -> None:
-        """Record a call's outcome: latency into the EWMA, errors into the streak, the newest load report."""
-        stats = self.stats
-        stats.in_flight -= 1
+    def record_load(self, load: LoadReport | None, now: float) -> None:
+        """Keep the newest load report and when it arrived (the gateway's clock, immune to skew)."""
         if load is not None:
             self.load = load
-        if ok:
-            stats.served += 1
-            stats.consecutive_errors = 0
-            stats.ewma_ms = (
-                latency_ms if stats.ewma_ms == 0 else stats.ewma_ms + self._alpha * (latency_ms - stats.ewma_ms)
-            )
-        else:
-            stats.errors += 1
-            stats.consecutive_errors += 1
+            self.load_at = now
 
-    def view(self) -> BackendView:
-        """Freeze the current state into the immutable view a policy reads."""
-        return BackendView(self.address, self.weight, self.stats.in_flight, self.stats.ewma_ms, load=self.load)
+    def fresh_load(self, now: float, max_age_s: float) -> LoadReport | None:
+        """Give the last report if it is younger than `max_age_s`; an older one means unknown, not idle."""
+        return self.load if now - self.load_at <= max_age_s else None
 
-    def describe(self) -> dict[str, object]:
+    def describe(self, now: float, max_age_s: float, weight: float) -> dict[str, object]:
         """Summarise this backend for /v1/cluster."""
+        age = now - self.load_at if self.load is not None else None
         return {
             "address": self.address,
             "state": self.state,
-            **asdict(self.stats),
+            "weight": round(weight, 3),
+            "weight_mode": "auto" if self.spec.auto else "static",
+            **self.stats.describe(),
             "load": asdict(self.load) if self.load else None,
+            "load_age_s": None if age is None else round(age, 3),
+            "load_stale": age is None or age > max_age_s,
         }
 
     async def close(self) -> None:

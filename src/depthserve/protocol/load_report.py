@@ -19,8 +19,9 @@ class LoadReport:
     gpu_util: float = 0.0
     gpu_mem_used: int = 0
     gpu_mem_total: int = 0
-    gpu_temp: float = 0.0
-    ts: float = 0.0
+    gpu_temp: float = 0.0  # degrees C; 0.0 = unknown
+    capacity_rps: float = 0.0  # requests the worker completes per busy second, measured; 0.0 = unknown
+    ts: float = 0.0  # the worker's wall clock when it wrote the report
 
     def encode(self) -> str:
         """Render as `key=value,...` text, cheap to write and to parse on every reply."""

@@ -23,13 +23,14 @@ class DeviceQueue:
         self._lock = asyncio.Lock()
         self._clock = clock
         self._window_s = window_s
-        self._busy: deque[tuple[float, float]] = deque()  # finished busy intervals, oldest first
+        self._busy: deque[tuple[float, float, int]] = deque()  # finished (begin, end, items), oldest first
         self._busy_total = 0.0  # sum of the intervals in _busy, kept so utilisation() is O(1) amortised
+        self._busy_items = 0  # items completed in those intervals
         self._busy_since: float | None = None
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Wait in line for the device and hold it for the body of the `async with`."""
+    async def slot(self, items: int = 1) -> AsyncIterator[None]:
+        """Wait in line for the device and hold it for the body of the `async with` (a batch of `items`)."""
         if self.waiting >= self.limit:
             raise QueueFull(f"worker queue is full ({self.limit} waiting)")
         self.waiting += 1
@@ -43,19 +44,31 @@ class DeviceQueue:
             yield
         finally:
             end = self._clock()
-            self._busy.append((self._busy_since, end))
+            self._busy.append((self._busy_since, end, items))
             self._busy_total += end - self._busy_since
+            self._busy_items += items
             self._busy_since = None
             self.running -= 1
             self._lock.release()
+
+    def _trim(self, start: float) -> None:
+        while self._busy and self._busy[0][1] < start:
+            begin, end, items = self._busy.popleft()
+            self._busy_total -= end - begin
+            self._busy_items -= items
+
+    def capacity_rps(self) -> float:
+        """Give items completed per busy second over the window: what this device sustains; 0.0 = unknown."""
+        self._trim(self._clock() - self._window_s)
+        if not self._busy_items:
+            return 0.0
+        return self._busy_items / max(self._busy_total, 1e-4)
 
     def utilisation(self) -> float:
         """Give the busy fraction of the device over the last window, like a GPU utilisation gauge."""
         now = self._clock()
         start = now - self._window_s
-        while self._busy and self._busy[0][1] < start:
-            begin, end = self._busy.popleft()
-            self._busy_total -= end - begin
+        self._trim(start)
         busy = self._busy_total
         if self._busy:
             busy -= max(0.0, start - self._busy[0][0])  # the part of the oldest interval before the window

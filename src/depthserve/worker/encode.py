@@ -9,7 +9,6 @@ from depthserve.codec import OUTPUT_FORMATS, encode_npy, encode_ply, encode_png1
 from depthserve.protocol.depth_api import build_encoded_response, build_raw_response
 from depthserve.worker.runners.base import Prepared
 
-
 # Copies of up to this many pixels cost less than handing the work to a thread and back (~0.1-0.3 ms).
 INLINE_COPY_PIXELS = 512 * 512
 

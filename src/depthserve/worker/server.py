@@ -16,7 +16,9 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
+from depthserve.telemetry.accelerator import CachedProbe, read_process
 from depthserve.worker.device_queue import DeviceQueue
+from depthserve.worker.load import LoadReporter
 from depthserve.worker.runners import Runner, make_runner
 from depthserve.worker.servicer import InferenceServicer, WorkerState
 
@@ -47,9 +49,10 @@ class Worker:
         self.runner = make_runner(settings)
         self.queue = DeviceQueue(settings.queue_limit)
         self.state = WorkerState()
+        self.reporter = LoadReporter(self.queue, CachedProbe(read_process), self.runner.max_batch)
         self.health = health_aio.HealthServicer()
         self.server = grpc.aio.server(options=grpc_options(settings.max_message_mb))
-        servicer = InferenceServicer(settings.name, self.runner, self.queue, self.state)
+        servicer = InferenceServicer(settings.name, self.runner, self.queue, self.state, self.reporter)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
@@ -62,6 +65,7 @@ class Worker:
         started = time.monotonic()
         log.info("loading model %s", self.settings.model)
         await asyncio.to_thread(self.runner.load)
+        self.reporter.probe = self.runner.probe(self.queue)
         await warm_up(self.runner, self.settings.warmup_requests)
         self.state.ready = True
         await self.health.set("", SERVING)

@@ -14,7 +14,7 @@ from depthserve.protocol.depth_api import parse_request
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.encode import cheap_to_encode, encode_response
 from depthserve.worker.errors import ModelNotFound, NotReady, status_for
-from depthserve.worker.load import load_metadata
+from depthserve.worker.load import LoadReporter
 from depthserve.worker.runners.base import Runner
 
 MODEL_VERSION = "1"
@@ -39,11 +39,14 @@ def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.M
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Answers OIP calls for one model; every ModelInfer reply carries the worker's load report."""
 
-    def __init__(self, model_name: str, runner: Runner, queue: DeviceQueue, state: WorkerState) -> None:
+    def __init__(
+        self, model_name: str, runner: Runner, queue: DeviceQueue, state: WorkerState, reporter: LoadReporter
+    ) -> None:
         self._name = model_name
         self._runner = runner
         self._queue = queue
         self._state = state
+        self._reporter = reporter
 
     def _serves(self, name: str, version: str) -> bool:
         return name == self._name and version in ("", MODEL_VERSION)
@@ -95,9 +98,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:  # noqa: BLE001 - every failure is translated at this one boundary
             self._state.failed += 1
             code, message = status_for(exc)
-            await context.abort(code, message, trailing_metadata=load_metadata(self._queue, self._runner))
+            await context.abort(code, message, trailing_metadata=self._reporter.metadata())
         self._state.served += 1
-        context.set_trailing_metadata(load_metadata(self._queue, self._runner))
+        context.set_trailing_metadata(self._reporter.metadata())
         return response
 
     async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:

@@ -8,6 +8,8 @@ from typing import Protocol
 import numpy as np
 
 from depthserve.protocol.depth_api import DepthInputs
+from depthserve.telemetry.accelerator import AcceleratorProbe
+from depthserve.worker.device_queue import DeviceQueue
 
 
 @dataclass
@@ -39,5 +41,5 @@ class Runner(Protocol):
     async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
         """Run the model for one prepared request and return depth, mask and optional points."""
 
-    def memory(self) -> tuple[int, int]:
-        """Give (used, total) bytes of the memory the model lives in."""
+    def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
+        """Give the probe that reads the device this runner uses (called once, after load)."""

@@ -10,7 +10,9 @@ import numpy as np
 
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
+from depthserve.telemetry.accelerator import AcceleratorProbe, AcceleratorSample, CachedProbe
 from depthserve.worker.decode import decode_inputs
+from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.runners.base import Prepared
 
 
@@ -85,7 +87,13 @@ class SyntheticRunner:
             await asyncio.sleep(delay)
         return prepared.outputs
 
-    def memory(self) -> tuple[int, int]:
-        """Report a plausible accelerator memory: a resident model plus a little per request."""
+    def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
+        """Emulate a GPU: a resident model plus activations per running item, warming with utilisation."""
         total = int(self._settings.synthetic_mem_gb * 2**30)
-        return int(total * 0.2), total
+
+        def read() -> AcceleratorSample:
+            util = queue.utilisation()
+            used = int(total * (0.2 + 0.05 * min(queue.running, 10)))
+            return AcceleratorSample(None, used, total, 35.0 + 45.0 * util)
+
+        return CachedProbe(read, interval_s=0.1)

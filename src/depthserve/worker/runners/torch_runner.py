@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,17 +10,10 @@ import numpy as np
 
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
+from depthserve.telemetry.accelerator import AcceleratorProbe, probe_for
 from depthserve.worker.decode import decode_inputs
+from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.runners.base import Prepared
-
-
-def _process_rss() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _physical_memory() -> int:
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class TorchRunner:
@@ -79,11 +71,6 @@ class TorchRunner:
             apply_mask=inputs.apply_mask,
         )
 
-    def memory(self) -> tuple[int, int]:
-        """Report accelerator memory on CUDA, else this process's RSS against physical memory."""
-        if self._device.startswith("cuda"):
-            import torch
-
-            free, total = torch.cuda.mem_get_info()
-            return total - free, total
-        return _process_rss(), _physical_memory()
+    def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
+        """NVML on a GPU (when available), process figures on the CPU."""
+        return probe_for(self._device)

@@ -1,0 +1,1 @@
+"""What a process can tell about itself and its accelerator: probes, and later metrics and logs."""

@@ -1,0 +1,34 @@
+"""Accelerator probes: honest process figures without a GPU, and readings cached between replies."""
+
+from __future__ import annotations
+
+from depthserve.telemetry.accelerator import AcceleratorSample, CachedProbe, probe_for, read_process
+from depthserve.testing.fakes import FakeClock
+
+
+def test_process_probe_reports_resident_memory_against_physical() -> None:
+    sample = read_process()
+    assert sample.util is None  # a CPU has no utilisation gauge: the device queue's busy fraction is used
+    assert 10 * 2**20 < sample.mem_used < sample.mem_total
+    assert sample.temp_c >= 0.0
+
+
+def test_readings_are_cached_for_the_interval() -> None:
+    clock = FakeClock()
+    reads: list[int] = []
+
+    def read() -> AcceleratorSample:
+        reads.append(1)
+        return AcceleratorSample(0.5, len(reads), 10, 40.0)
+
+    probe = CachedProbe(read, interval_s=0.5, clock=clock)
+    assert probe.sample().mem_used == 1
+    clock.advance(0.4)
+    assert probe.sample().mem_used == 1
+    clock.advance(0.2)
+    assert probe.sample().mem_used == 2
+
+
+def test_cuda_without_nvml_falls_back_to_process_figures() -> None:
+    sample = probe_for("cuda:0").sample()  # no GPU on the development and CI machines
+    assert sample.mem_total > 0 and sample.util is None
