@@ -11,10 +11,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from depthserve.balancer import make_policy
 from depthserve.gateway.backend_spec import parse_backend
-from depthserve.gateway.depth_route import depth_endpoint
+from depthserve.gateway.depth_route import DepthEndpoint
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.pool import BackendPool
 from depthserve.settings import GatewaySettings
@@ -61,7 +62,24 @@ def check_settings(settings: GatewaySettings) -> None:
             raise ValueError(f"policy for model {model!r}: {exc}") from None
 
 
-def create_app(settings: GatewaySettings) -> Starlette:
+class FastPath:
+    """Sends the hot route straight to its bare ASGI app, everything else through Starlette."""
+
+    def __init__(self, routes: dict[str, ASGIApp], fallback: Starlette) -> None:
+        self._routes = routes
+        self.fallback = fallback
+        self.state = fallback.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            route = self._routes.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.fallback(scope, receive, send)
+
+
+def create_app(settings: GatewaySettings) -> FastPath:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
     pool = BackendPool(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
@@ -77,7 +95,6 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/v1/depth", depth_endpoint, methods=["POST"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/v1/cluster", cluster),
@@ -87,9 +104,9 @@ def create_app(settings: GatewaySettings) -> Starlette:
     app.state.settings = settings
     app.state.pool = pool
     app.state.dispatcher = dispatcher
-    return app
+    return FastPath({"/v1/depth": DepthEndpoint(settings, dispatcher)}, app)
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> FastPath:
     """Factory granian calls in its worker process; settings travel in an environment variable."""
     return create_app(GatewaySettings(**json.loads(os.environ[SETTINGS_ENV])))

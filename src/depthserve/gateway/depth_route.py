@@ -1,70 +1,38 @@
-"""POST /v1/depth: read an upload (raw image or multipart), forward it to a worker, pass the file back."""
+"""POST /v1/depth: read an upload (raw image or multipart), forward it to a worker, pass the file back.
+
+A bare ASGI app (the gateway's hot path); only multipart bodies go through Starlette's parser.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Message
+from starlette.types import Message, Receive, Scope, Send
 
 from depthserve.balancer.types import RequestInfo
 from depthserve.codec import CodecError, format_from_accept, parse_intrinsics
+from depthserve.gateway.asgi_io import header_map, read_body, send_bytes, send_error
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError
-from depthserve.protocol.depth_api import (
-    DEFAULT_RESOLUTION_LEVEL,
-    DepthInputs,
-    build_request,
-    read_encoded_result,
-)
+from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, build_request, read_encoded_result
 from depthserve.settings import GatewaySettings
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
-DRAIN_LIMIT = 256 * 1024 * 1024  # read at most this much of an oversized body before answering 413
+log = logging.getLogger("depthserve.gateway")
 
 
-def request_id_of(request: Request) -> str:
-    """Reuse the client's X-Request-Id or make one, so a request can be followed through every log."""
-    given = request.headers.get("x-request-id", "")
-    return given[:128] if given else uuid.uuid4().hex
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """Read the body, answering 413 once it passes `limit` bytes.
-
-    The excess is read and dropped (up to DRAIN_LIMIT) before answering: over HTTP/2, a reply sent while
-    the client is still uploading reaches curl and httpx only as a stream reset, not as the 413.
-    """
-    declared = request.headers.get("content-length")
-    too_large = declared is not None and declared.isdigit() and int(declared) > limit
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            too_large = True
-        if too_large:
-            chunks.clear()
-            if size > DRAIN_LIMIT:
-                break
-        else:
-            chunks.append(chunk)
-    if too_large:
-        shown = declared if declared and declared.isdigit() else f"more than {limit}"
-        raise GatewayError(413, "body_too_large", f"request body of {shown} bytes exceeds the {limit}-byte limit")
-    return b"".join(chunks)
-
-
-async def _form_parts(request: Request, body: bytes) -> dict[str, bytes | str]:
+async def _form_parts(scope: Scope, body: bytes) -> dict[str, bytes | str]:
     async def replay() -> Message:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    replayed = Request(request.scope, replay)
+    request = Request(scope, replay)
     try:
-        form = await replayed.form(max_files=3, max_fields=8)
+        form = await request.form(max_files=3, max_fields=8)
     except Exception as exc:  # noqa: BLE001 - starlette raises several types for malformed multipart
         raise GatewayError(400, "invalid_request", f"malformed multipart body: {exc}") from None
     parts: dict[str, bytes | str] = {}
@@ -83,9 +51,21 @@ def _resolution_level(query: Mapping[str, str]) -> int:
     return int(raw)
 
 
-async def parse_depth_upload(request: Request, settings: GatewaySettings) -> DepthInputs:
+def _output_format(headers: Mapping[str, str], query: Mapping[str, str]) -> str:
+    try:
+        output_format = format_from_accept(headers.get("accept"), query.get("format"))
+    except CodecError as exc:
+        raise GatewayError(406, "unsupported_format", str(exc)) from None
+    if output_format == "raw":
+        raise GatewayError(406, "unsupported_format", "raw tensors are served by the OIP endpoints; choose npy")
+    return output_format
+
+
+async def parse_depth_upload(
+    scope: Scope, receive: Receive, headers: Mapping[str, str], query: Mapping[str, str], settings: GatewaySettings
+) -> DepthInputs:
     """Build DepthInputs from the HTTP request without decoding any pixels."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in IMAGE_TYPES and content_type != "multipart/form-data":
         raise GatewayError(
             415,
@@ -93,34 +73,25 @@ async def parse_depth_upload(request: Request, settings: GatewaySettings) -> Dep
             f"content type {content_type or '(none)'!r} not supported; send image/png, image/jpeg, image/webp "
             "or multipart/form-data",
         )
-    try:
-        output_format = format_from_accept(request.headers.get("accept"), request.query_params.get("format"))
-    except CodecError as exc:
-        raise GatewayError(406, "unsupported_format", str(exc)) from None
-    if output_format == "raw":
-        raise GatewayError(406, "unsupported_format", "raw tensors are served by the OIP endpoints; choose npy")
-    level = _resolution_level(request.query_params)
-    body = await read_body(request, int(settings.max_body_mb * 1024 * 1024))
+    output_format = _output_format(headers, query)
+    level = _resolution_level(query)
+    body = await read_body(receive, headers.get("content-length"), int(settings.max_body_mb * 1024 * 1024))
     if not body:
         raise GatewayError(400, "invalid_request", "empty request body; send an image")
-    depth: bytes | None = None
+    if content_type != "multipart/form-data":
+        return DepthInputs(image=body, resolution_level=level, output_format=output_format)
+    parts = await _form_parts(scope, body)
+    image = parts.get("image")
+    if not isinstance(image, bytes) or not image:
+        raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'image'")
+    raw_depth = parts.get("depth")
+    depth = (raw_depth if isinstance(raw_depth, bytes) else raw_depth.encode()) if raw_depth else None
     intrinsics = None
-    if content_type == "multipart/form-data":
-        parts = await _form_parts(request, body)
-        image = parts.get("image")
-        if not isinstance(image, bytes) or not image:
-            raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'image'")
-        raw_depth = parts.get("depth")
-        if raw_depth:
-            depth = raw_depth if isinstance(raw_depth, bytes) else raw_depth.encode()
-        raw_intrinsics = parts.get("intrinsics")
-        if raw_intrinsics:
-            try:
-                intrinsics = parse_intrinsics(raw_intrinsics)
-            except CodecError as exc:
-                raise GatewayError(400, "invalid_request", str(exc)) from None
-    else:
-        image = body
+    if parts.get("intrinsics"):
+        try:
+            intrinsics = parse_intrinsics(parts["intrinsics"])
+        except CodecError as exc:
+            raise GatewayError(400, "invalid_request", str(exc)) from None
     if output_format == "ply" and intrinsics is None:
         raise GatewayError(400, "invalid_request", "format 'ply' needs camera intrinsics (multipart part 'intrinsics')")
     return DepthInputs(
@@ -128,19 +99,36 @@ async def parse_depth_upload(request: Request, settings: GatewaySettings) -> Dep
     )
 
 
-async def depth_endpoint(request: Request) -> Response:
-    """Handle POST /v1/depth end to end; errors become JSON with a reason code."""
-    state = request.app.state
-    settings: GatewaySettings = state.settings
-    dispatcher: Dispatcher = state.dispatcher
-    request_id = request_id_of(request)
-    try:
-        inputs = await parse_depth_upload(request, settings)
-        model = request.query_params.get("model") or settings.model
-        info = RequestInfo(model=model, headers=request.headers, client=request.client.host if request.client else "")
-        grpc_request = build_request(model, inputs, request_id=request_id)
-        reply, backend = await dispatcher.infer(grpc_request, info, settings.request_timeout_s, request_id)
-        data, media_type = read_encoded_result(reply)
-    except GatewayError as error:
-        return error.response(request_id)
-    return Response(data, media_type=media_type, headers={"X-Request-Id": request_id, "X-Backend": backend})
+class DepthEndpoint:
+    """The ASGI app behind POST /v1/depth; errors become JSON with a reason code, never a traceback."""
+
+    def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher) -> None:
+        self._settings = settings
+        self._dispatcher = dispatcher
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = header_map(scope["headers"])
+        request_id = headers.get("x-request-id", "")[:128] or uuid.uuid4().hex
+        try:
+            if scope["method"] != "POST":
+                raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
+            query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+            inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
+            if inputs.output_format == "ply" and inputs.intrinsics is None:
+                raise GatewayError(
+                    400, "invalid_request", "format 'ply' needs camera intrinsics (multipart part 'intrinsics')"
+                )
+            model = query.get("model") or self._settings.model
+            client = scope.get("client")
+            info = RequestInfo(model=model, headers=headers, client=client[0] if client else "")
+            request = build_request(model, inputs, request_id=request_id)
+            reply, backend = await self._dispatcher.infer(request, info, self._settings.request_timeout_s, request_id)
+            data, media_type = read_encoded_result(reply)
+        except GatewayError as error:
+            await send_error(send, error, request_id)
+            return
+        except Exception:  # noqa: BLE001 - the last line of defence: a clear 500, the process stays up
+            log.exception("request %s failed", request_id)
+            await send_error(send, GatewayError(500, "internal", "internal gateway error"), request_id)
+            return
+        await send_bytes(send, 200, data, media_type, {"x-request-id": request_id, "x-backend": backend})
