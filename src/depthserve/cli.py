@@ -37,6 +37,8 @@ def worker(
     synthetic_ms: Annotated[float | None, typer.Option(help="synthetic: base ms per batch [20]")] = None,
     synthetic_per_item_ms: Annotated[float | None, typer.Option(help="synthetic: ms per item [0]")] = None,
     synthetic_dist: Annotated[str | None, typer.Option(help="synthetic: const | exp | lognormal")] = None,
+    seed: Annotated[int | None, typer.Option(help="synthetic: seed of service times [0]")] = None,
+    synthetic_sigma: Annotated[float | None, typer.Option(help="synthetic: lognormal sigma [0.5]")] = None,
     speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
 ) -> None:
     """Run a model worker (OIP v2 gRPC server)."""

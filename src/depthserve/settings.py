@@ -41,6 +41,7 @@ class WorkerSettings(BaseSettings):
     synthetic_ms: float = Field(20.0, ge=0, description="synthetic model: base service time per batch")
     synthetic_per_item_ms: float = Field(0.0, ge=0, description="synthetic model: extra time per batch item")
     synthetic_dist: Literal["const", "exp", "lognormal"] = Field("const", description="synthetic time shape")
+    synthetic_sigma: float = Field(0.5, gt=0, le=3, description="synthetic lognormal shape (1.0 = heavy tail)")
     speed: float = Field(1.0, gt=0, description="synthetic model: divides every service time (faster GPU)")
     synthetic_mem_gb: float = Field(80.0, gt=0, description="synthetic model: reported accelerator memory")
     seed: int = Field(0, description="seed for synthetic service times")

@@ -24,7 +24,7 @@ def service_time_s(settings: WorkerSettings, batch: int, rng: random.Random) -> 
     if settings.synthetic_dist == "exp":
         return rng.expovariate(1.0 / mean)
     if settings.synthetic_dist == "lognormal":
-        sigma = 0.5
+        sigma = settings.synthetic_sigma
         return rng.lognormvariate(np.log(mean) - sigma * sigma / 2, sigma)
     return mean
 

@@ -1,0 +1,161 @@
+"""Policies on uneven workers: a real loopback cluster, synthetic workers of mixed speed, open-loop load.
+
+Two workers run at full speed and two at a quarter (an A100 next to a T4), with heavy-tailed
+(lognormal) service times. For each policy a fresh gateway is started and offered 50%, 80% and 95%
+of the cluster's total capacity; the table gives throughput, latency percentiles, each worker's
+share and utilisation, and how often a worker sat idle while another had work queued.
+
+    python bench/policies.py [--duration 20] [--policies round_robin,p2c,...] [--markdown out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from depthserve.testing.load import LoadStats, open_loop
+from depthserve.testing.processes import Proc, start_gateway, start_worker
+from depthserve.testing.samples import png_bytes, seeded_image
+
+SPEEDS = (1.0, 1.0, 0.25, 0.25)
+DEFAULT_POLICIES = ("round_robin", "weighted_round_robin", "random", "ip_hash", "least_connections",
+                    "least_latency", "p2c", "score")
+LOADS = (0.5, 0.8, 0.95)
+
+
+@dataclass
+class Cell:
+    """One policy at one offered load."""
+
+    policy: str
+    load: float
+    stats: LoadStats
+    shares: list[float]
+    utilisation: list[float]
+    idle_while_queued: float
+
+
+async def sample_idle_while_queued(url: str, stop: asyncio.Event, period_s: float = 0.1) -> float:
+    """Fraction of samples where some worker had nothing in flight while another had work waiting."""
+    hits = total = 0
+    async with httpx.AsyncClient(timeout=5) as client:
+        while not stop.is_set():
+            backends = (await client.get(f"{url}/v1/cluster")).json()["backends"]
+            in_flight = [b["in_flight"] for b in backends]
+            total += 1
+            hits += min(in_flight) == 0 and max(in_flight) >= 2
+            await asyncio.sleep(period_s)
+    return hits / total if total else 0.0
+
+
+async def served_by(url: str) -> dict[str, int]:
+    async with httpx.AsyncClient(timeout=5) as client:
+        return {b["address"]: b["served"] for b in (await client.get(f"{url}/v1/cluster")).json()["backends"]}
+
+
+async def run_cell(url: str, policy: str, load: float, capacity: float, addresses: list[str],
+                   service_s: list[float], body: bytes, duration: float, seed: int) -> Cell:
+    before = await served_by(url)
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_idle_while_queued(url, stop))
+    stats = await open_loop(f"{url}/v1/depth", body, rate=load * capacity, duration_s=duration, seed=seed)
+    stop.set()
+    idle = await sampler
+    after = await served_by(url)
+    done = [after[a] - before[a] for a in addresses]
+    shares = [d / max(1, sum(done)) for d in done]
+    wall = stats.duration_s
+    utilisation = [min(1.0, d * s / wall) for d, s in zip(done, service_s, strict=True)]
+    return Cell(policy, load, stats, shares, utilisation, idle)
+
+
+def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str]]:
+    """Backends and flags for a policy; weighted round robin gets the known 4:4:1:1 speeds as weights."""
+    if policy == "weighted_round_robin":
+        return [f"{a}@{speed * 4:g}" for a, speed in zip(addresses, SPEEDS, strict=True)], ["--policy", policy]
+    return addresses, ["--policy", policy]
+
+
+def render(cells: list[Cell], markdown: Path | None) -> None:
+    table = Table(title="policies on 2 fast + 2 quarter-speed synthetic workers (lognormal, sigma 1)")
+    columns = ("policy", "load", "ok/s", "failed", "p50 ms", "p95 ms", "p99 ms", "share fast/slow",
+               "util min-max", "idle while queued")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for cell in cells:
+        s = cell.stats
+        fast = sum(cell.shares[:2])
+        row = [cell.policy, f"{cell.load:.0%}", f"{s.throughput:.1f}", str(s.failed), f"{s.percentile(50):.0f}",
+               f"{s.percentile(95):.0f}", f"{s.percentile(99):.0f}", f"{fast:.0%}/{1 - fast:.0%}",
+               f"{min(cell.utilisation):.0%}-{max(cell.utilisation):.0%}", f"{cell.idle_while_queued:.0%}"]
+        table.add_row(*row)
+        lines.append("| " + " | ".join(row) + " |")
+    Console(width=200).print(table)
+    rr = {c.load: c.stats.percentile(99) for c in cells if c.policy == "round_robin"}
+    if 0.8 in rr:
+        best = min((c for c in cells if c.load == 0.8 and c.policy != "round_robin"),
+                   key=lambda c: c.stats.percentile(99), default=None)
+        if best is not None:
+            ratio = best.stats.percentile(99) / rr[0.8]
+            note = f"At 80% load the best policy ({best.policy}) has p99 {ratio:.2f}x round robin's."
+            Console().print(note)
+            lines += ["", note]
+    if markdown is not None:
+        markdown.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per cell")
+    parser.add_argument("--service-ms", type=float, default=20.0, help="mean service time of a full-speed worker")
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    service_s = [args.service_ms / 1000.0 / speed for speed in SPEEDS]
+    capacity = sum(1.0 / s for s in service_s)
+    body = png_bytes(seeded_image(64, 64))
+    cells: list[Cell] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        workers: list[Proc] = []
+        addresses: list[str] = []
+        try:
+            for index, speed in enumerate(SPEEDS):
+                proc, address = start_worker(
+                    logs, "--model", "synthetic", "--synthetic-ms", str(args.service_ms), "--speed", str(speed),
+                    "--synthetic-dist", "lognormal", "--synthetic-sigma", "1.0", "--seed", str(index),
+                    "--queue-limit", "256", name=f"worker{index}",
+                )
+                workers.append(proc)
+                addresses.append(address)
+            for policy in args.policies.split(","):
+                backends, flags = gateway_args(policy, addresses)
+                gateway, url = start_gateway(logs, backends, *flags)
+                try:
+                    for load in (float(x) for x in args.loads.split(",")):
+                        print(f"{policy} at {load:.0%} of {capacity:.0f} req/s ...", file=sys.stderr, flush=True)
+                        cell = asyncio.run(run_cell(url, policy, load, capacity, addresses, service_s, body,
+                                                    args.duration, seed=int(load * 100)))
+                        cells.append(cell)
+                        time.sleep(1.0)  # let queues drain between cells
+                finally:
+                    gateway.stop()
+        finally:
+            for proc in workers:
+                proc.stop()
+    render(cells, args.markdown)
+
+
+if __name__ == "__main__":
+    main()

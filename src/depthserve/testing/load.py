@@ -1,0 +1,104 @@
+"""Open-loop load against a gateway that accounts for every request: answered, failed by status, mixed up.
+
+Arrivals follow a Poisson process at the offered rate whatever the replies do (an open loop, like
+real clients), so an overloaded cluster shows up as latency and refusals, not as a slower sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+
+@dataclass
+class LoadStats:
+    """What happened to every request sent: each is in exactly one of ok, by_status, transport_errors."""
+
+    sent: int = 0
+    ok: int = 0
+    by_status: Counter[int] = field(default_factory=Counter)
+    transport_errors: int = 0
+    mixed_up: int = 0  # replies carrying another request's id: would mean a reply went to the wrong caller
+    latencies_ms: list[float] = field(default_factory=list)
+    backends: Counter[str] = field(default_factory=Counter)
+    duration_s: float = 0.0  # the sending window (replies may arrive after it)
+
+    @property
+    def failed(self) -> int:
+        """Requests that did not get a 200."""
+        return sum(self.by_status.values()) + self.transport_errors
+
+    def percentile(self, q: float) -> float:
+        """Latency percentile of successful requests, in milliseconds."""
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+    @property
+    def throughput(self) -> float:
+        """Successful requests per second over the run."""
+        return self.ok / self.duration_s if self.duration_s else 0.0
+
+
+def client_pool(count: int, timeout_s: float, distinct_sources: bool = True) -> list[httpx.AsyncClient]:
+    """HTTP/2 (h2c) clients; with distinct_sources each binds its own 127.0.0.x, like distinct hosts."""
+    clients = []
+    for index in range(count):
+        local = f"127.0.0.{10 + index}" if distinct_sources else None
+        transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=local)
+        clients.append(httpx.AsyncClient(transport=transport, timeout=timeout_s))
+    return clients
+
+
+async def open_loop(
+    url: str,
+    body: bytes,
+    rate: float,
+    duration_s: float,
+    clients: int = 16,
+    timeout_s: float = 30.0,
+    seed: int = 0,
+    content_type: str = "image/png",
+) -> LoadStats:
+    """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning."""
+    rng = random.Random(seed)
+    stats = LoadStats()
+    pool = client_pool(clients, timeout_s)
+
+    async def one(client: httpx.AsyncClient, request_id: str) -> None:
+        started = time.perf_counter()
+        try:
+            reply = await client.post(url, content=body,
+                                      headers={"Content-Type": content_type, "X-Request-Id": request_id})
+        except httpx.HTTPError:
+            stats.transport_errors += 1
+            return
+        if reply.headers.get("x-request-id") != request_id:
+            stats.mixed_up += 1
+        if reply.status_code == 200:
+            stats.ok += 1
+            stats.latencies_ms.append((time.perf_counter() - started) * 1000.0)
+            stats.backends[reply.headers.get("x-backend", "?")] += 1
+        else:
+            stats.by_status[reply.status_code] += 1
+
+    tasks = []
+    start = time.perf_counter()
+    next_at = 0.0
+    try:
+        while next_at < duration_s:
+            delay = start + next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            stats.sent += 1
+            tasks.append(asyncio.create_task(one(pool[stats.sent % clients], f"load-{seed}-{stats.sent}")))
+            next_at += rng.expovariate(rate)
+        stats.duration_s = time.perf_counter() - start
+        await asyncio.gather(*tasks)
+    finally:
+        await asyncio.gather(*(client.aclose() for client in pool))
+    return stats
