@@ -15,7 +15,15 @@ def report(
     queue: int = 0, running: int = 0, util: float = 0.0, mem: float = 0.1, temp: float = 50.0, max_batch: int = 8
 ) -> LoadReport:
     """Build a load report with memory as a fraction of an 80 GiB accelerator."""
-    return LoadReport(queue, running, max_batch, util, int(mem * GPU_MEMORY), GPU_MEMORY, temp)
+    return LoadReport(
+        queue=queue,
+        running=running,
+        max_batch=max_batch,
+        gpu_util=util,
+        gpu_mem_used=int(mem * GPU_MEMORY),
+        gpu_mem_total=GPU_MEMORY,
+        gpu_temp=temp,
+    )
 
 
 def snapshot(*backends: BackendView | str, now: float = 0.0) -> Snapshot:

@@ -1,0 +1,75 @@
+"""Power of two choices (Envoy least-request): sample a few backends, send to the least loaded of them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from depthserve.balancer.common import Options, fill_worst, outstanding, split_drained
+from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
+
+
+def choose(sample: Sequence[int], rank: Sequence[tuple[float, bool]]) -> int:
+    """Return the sampled index with the best rank (lowest), the first sampled among equals."""
+    return min(sample, key=rank.__getitem__)
+
+
+class PowerOfTwoChoices:
+    """Samples `choice_count` distinct backends uniformly and takes the one with the highest effective weight.
+
+    Effective weight = weight / (load + 1) ** active_request_bias (Envoy's formula; with equal weights it is the
+    fewest in flight), so the more loaded of the samples is never chosen. Load is the gateway's in-flight count;
+    with `use_reports` it is max(in_flight, queue + running) from the worker's report: the report also counts
+    other gateways' requests, and max() rather than a sum avoids counting ours twice. An unknown report counts
+    as the busiest known one and loses ties, so unknown never passes for idle. Sampling without replacement
+    means a pool no larger than `choice_count` is a full scan. Fallbacks: the other samples, then the rest, by
+    effective weight. Drained backends (weight <= 0) come last.
+    """
+
+    name: ClassVar[str] = "p2c"
+
+    def __init__(
+        self, choice_count: int = 2, active_request_bias: float = 1.0, use_reports: bool = True, seed: int | None = None
+    ) -> None:
+        self._choice_count = choice_count
+        self._bias = active_request_bias
+        self._use_reports = use_reports
+        self._rng = random.Random(seed)
+
+    @classmethod
+    def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> PowerOfTwoChoices:
+        """Read `choice_count` (2..100, default 2), `active_request_bias` (0..10, default 1.0), `use_reports`."""
+        parse = Options(cls.name, options)
+        choice_count = parse.integer("choice_count", 2, 2, 100)
+        bias = parse.number("active_request_bias", 1.0, 0.0, 10.0)
+        use_reports = parse.boolean("use_reports", True)
+        parse.done()
+        return cls(choice_count, bias, use_reports, seed)
+
+    def _loads(self, serving: Sequence[BackendView]) -> tuple[list[float], list[bool]]:
+        in_flight = [float(max(b.in_flight, 0)) for b in serving]
+        if not self._use_reports:
+            return in_flight, [False] * len(serving)
+        reported = [outstanding(b.load) for b in serving]
+        unknown = [r is None for r in reported]
+        return [max(f, r) for f, r in zip(in_flight, fill_worst(reported), strict=True)], unknown
+
+    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
+        """Sample, choose the least loaded sample, then list the fallbacks."""
+        serving, weights, drained = split_drained(snapshot.backends)
+        count = len(serving)
+        if not count:
+            return ()
+        loads, unknown = self._loads(serving)
+        bias = self._bias
+        rank = [
+            (-(w / (load + 1.0) if bias == 1.0 else w / (load + 1.0) ** bias), u)
+            for w, load, u in zip(weights, loads, unknown, strict=True)
+        ]
+        sample = self._rng.sample(range(count), min(self._choice_count, count))
+        best = choose(sample, rank)
+        others = sorted((i for i in sample if i != best), key=rank.__getitem__)
+        sampled = set(sample)
+        rest = sorted((i for i in range(count) if i not in sampled), key=rank.__getitem__)
+        return (*(serving[i].id for i in (best, *others, *rest)), *(b.id for b in drained))
