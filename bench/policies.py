@@ -27,8 +27,8 @@ from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
 
 SPEEDS = (1.0, 1.0, 0.25, 0.25)
-DEFAULT_POLICIES = ("round_robin", "weighted_round_robin", "random", "ip_hash", "least_connections",
-                    "least_latency", "p2c", "score")
+DEFAULT_POLICIES = ("round_robin", "weighted_round_robin", "weighted_round_robin@auto", "random", "ip_hash",
+                    "least_connections", "least_latency", "p2c", "score")
 LOADS = (0.5, 0.8, 0.95)
 
 
@@ -79,7 +79,12 @@ async def run_cell(url: str, policy: str, load: float, capacity: float, addresse
 
 
 def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str]]:
-    """Backends and flags for a policy; weighted round robin gets the known 4:4:1:1 speeds as weights."""
+    """Backends and flags for a policy; weighted round robin gets the known 4:4:1:1 speeds as weights.
+
+    A name ending in `@auto` runs the policy with weights measured from the workers' load reports.
+    """
+    if policy.endswith("@auto"):
+        return addresses, ["--policy", policy.removesuffix("@auto"), "--auto-weights"]
     if policy == "weighted_round_robin":
         return [f"{a}@{speed * 4:g}" for a, speed in zip(addresses, SPEEDS, strict=True)], ["--policy", policy]
     return addresses, ["--policy", policy]

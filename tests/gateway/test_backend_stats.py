@@ -39,3 +39,13 @@ def test_errors_feed_the_rate_and_streak_not_the_latency() -> None:
     stats.started()
     stats.finished(True, 10.0, 2.0)
     assert stats.consecutive_errors == 0 and stats.error_rate == pytest.approx(0.375)
+
+
+def test_peak_decays_towards_the_ewma_while_no_sample_arrives() -> None:
+    stats = BackendStats(alpha=0.5, peak_decay_s=10.0)
+    for now, latency in [(0.0, 10.0), (1.0, 100.0)]:
+        stats.started()
+        stats.finished(True, latency, now)
+    assert stats.peak_at(1.0) == 100.0
+    assert stats.peak_at(11.0) == pytest.approx(55.0 + 45.0 * 0.3679, rel=1e-3)
+    assert stats.peak_at(1000.0) == pytest.approx(stats.ewma_ms)

@@ -50,6 +50,13 @@ class BackendStats:
                 self.peak_ewma_ms = self.peak_ewma_ms * keep + latency_ms * (1.0 - keep)
         self._last_sample_at = now
 
+    def peak_at(self, now: float) -> float:
+        """Peak-EWMA decayed towards the EWMA for the time since the last sample, so an avoided backend is re-tried."""
+        if self._last_sample_at is None:
+            return self.peak_ewma_ms
+        keep = math.exp(-max(0.0, now - self._last_sample_at) / self.peak_decay_s)
+        return self.ewma_ms + (self.peak_ewma_ms - self.ewma_ms) * keep
+
     def describe(self) -> dict[str, float | int]:
         """Summarise for /v1/cluster."""
         return {

@@ -66,7 +66,7 @@ class BackendPool:
                     weight=weight,
                     in_flight=stats.in_flight,
                     ewma_ms=stats.ewma_ms,
-                    peak_ewma_ms=stats.peak_ewma_ms,
+                    peak_ewma_ms=stats.peak_at(now),
                     error_rate=stats.error_rate,
                     load=backend.fresh_load(now, max_age),
                 )
