@@ -8,11 +8,10 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from depthserve.gateway.backend_health import BackendHealth
 from depthserve.gateway.backend_spec import BackendSpec
 from depthserve.gateway.backend_stats import BackendStats
 from depthserve.protocol.load_report import LoadReport
-
-UNKNOWN, READY, UNREADY = "unknown", "ready", "unready"
 
 
 def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
@@ -35,8 +34,8 @@ class Backend:
         self.address = spec.address
         self.channel = grpc.aio.insecure_channel(spec.address, options=channel_options(max_message_mb))
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
-        self.health = health_pb2_grpc.HealthStub(self.channel)
-        self.state = UNKNOWN
+        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
+        self.health = BackendHealth()
         self.stats = stats
         self.load: LoadReport | None = None
         self.load_at = float("-inf")  # gateway clock (monotonic) when the report arrived
@@ -56,7 +55,8 @@ class Backend:
         age = now - self.load_at if self.load is not None else None
         return {
             "address": self.address,
-            "state": self.state,
+            "state": self.health.state(now),
+            "times_ejected": self.health.times_ejected,
             "weight": round(weight, 3),
             "weight_mode": "auto" if self.spec.auto else "static",
             **self.stats.describe(),

@@ -1,28 +1,32 @@
-"""The backend table: owns every Backend, keeps their health current, and hands out snapshots."""
+"""The backend table: owns every Backend, runs their health checks, and hands out snapshots.
+
+The eligible set is derived from health flags (active checks, passive ejection, operator drain);
+when too many backends are ejected, ejections are ignored (panic mode) rather than overloading
+the rest. Newly ready backends ramp up their weight over `slow_start_s`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import statistics
 import time
 from collections.abc import Callable
 
-import grpc
-from grpc_health.v1 import health_pb2
-
 from depthserve.balancer.types import BackendView, Snapshot
-from depthserve.gateway.backend import READY, UNREADY, Backend
+from depthserve.gateway.backend import Backend
 from depthserve.gateway.backend_spec import parse_backend
 from depthserve.gateway.backend_stats import BackendStats
+from depthserve.gateway.health_checks import HealthChecker
+from depthserve.gateway.outlier import OutlierDetector
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
+SLOW_START_FLOOR = 0.1  # a backend in slow start gets at least this share of its weight
 
 
 class BackendPool:
-    """All backends of the gateway; the health task is the only writer of their state."""
+    """All backends of the gateway; health checks, outlier detection and operators flip their flags."""
 
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
@@ -32,10 +36,17 @@ class BackendPool:
             spec = parse_backend(text, default_auto=settings.auto_weights)
             stats = BackendStats(alpha=settings.ewma_alpha, peak_decay_s=settings.peak_decay_s)
             self.backends[spec.address] = Backend(spec, settings.max_message_mb, stats)
-        self._task: asyncio.Task[None] | None = None
+        self.checker = HealthChecker(settings, clock)
+        self.outliers = OutlierDetector(
+            settings.consecutive_errors,
+            settings.base_ejection_s,
+            settings.max_ejection_s,
+            settings.max_ejection_percent,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
 
     def weights(self, now: float) -> dict[str, float]:
-        """Give each backend's effective weight: static, or its measured capacity (median of known ones if unknown)."""
+        """Give each backend's weight: static, or measured capacity (median of known ones if unknown)."""
         max_age = self._settings.max_report_age_s
         measured = {}
         for backend in self.backends.values():
@@ -48,22 +59,32 @@ class BackendPool:
             for address, backend in self.backends.items()
         }
 
+    def _slow_start(self, backend: Backend, now: float) -> float:
+        window = self._settings.slow_start_s
+        if window <= 0:
+            return 1.0
+        return max(SLOW_START_FLOOR, min(1.0, (now - backend.health.ready_since) / window))
+
+    def eligible(self, now: float) -> list[Backend]:
+        """Backends that may take traffic: healthy and not drained, and not ejected unless in panic."""
+        available = [b for b in self.backends.values() if b.health.healthy and not b.health.drained]
+        unejected = [b for b in available if not b.health.ejected(now)]
+        if available and len(unejected) * 100 < len(available) * self._settings.panic_threshold_percent:
+            return available  # panic: too many ejected; spreading load beats overloading the rest
+        return unejected
+
     def snapshot(self) -> Snapshot:
-        """Give the ready backends as immutable views, for a policy to pick from."""
+        """Give the eligible backends as immutable views, for a policy to pick from."""
         now = self.clock()
         max_age = self._settings.max_report_age_s
-        has_auto = any(b.spec.auto for b in self.backends.values())
-        weights = self.weights(now) if has_auto else None
+        weights = self.weights(now)
         views = []
-        for backend in self.backends.values():
-            if backend.state != READY:
-                continue
+        for backend in self.eligible(now):
             stats = backend.stats
-            weight = weights[backend.address] if weights is not None else (backend.spec.weight or 1.0)
             views.append(
                 BackendView(
                     backend.address,
-                    weight=weight,
+                    weight=weights[backend.address] * self._slow_start(backend, now),
                     in_flight=stats.in_flight,
                     ewma_ms=stats.ewma_ms,
                     peak_ewma_ms=stats.peak_at(now),
@@ -73,6 +94,20 @@ class BackendPool:
             )
         return Snapshot(tuple(views), now)
 
+    def record_failure(self, backend: Backend) -> None:
+        """Let outlier detection look at a backend after a failure on real traffic."""
+        everyone = [b.health for b in self.backends.values()]
+        self.outliers.consider(
+            backend.address, backend.health, backend.stats.consecutive_errors, everyone, self.clock()
+        )
+
+    def set_drained(self, address: str, drained: bool) -> Backend:
+        """Stop (or resume) sending new requests to a backend; in-flight ones finish. KeyError if unknown."""
+        backend = self.backends[address]
+        backend.health.drained = drained
+        log.info("backend %s %s by operator", address, "drained" if drained else "undrained")
+        return backend
+
     def describe(self) -> list[dict[str, object]]:
         """Summarise every backend for /v1/cluster."""
         now = self.clock()
@@ -80,37 +115,17 @@ class BackendPool:
         return [b.describe(now, self._settings.max_report_age_s, weights[a]) for a, b in self.backends.items()]
 
     def ready_count(self) -> int:
-        """Count backends currently ready."""
-        return sum(1 for b in self.backends.values() if b.state == READY)
-
-    async def check(self, backend: Backend) -> None:
-        """Ask one backend's gRPC health service and set its state from the answer."""
-        try:
-            reply = await backend.health.Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=self._settings.health_timeout_s
-            )
-            serving = reply.status == health_pb2.HealthCheckResponse.SERVING
-        except grpc.aio.AioRpcError:
-            serving = False
-        state = READY if serving else UNREADY
-        if state != backend.state:
-            log.info("backend %s is now %s", backend.address, state)
-        backend.state = state
-
-    async def _health_loop(self) -> None:
-        interval = self._settings.health_interval_s
-        while True:
-            await asyncio.gather(*(self.check(b) for b in self.backends.values()))
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+        """Count backends that may take traffic now."""
+        return len(self.eligible(self.clock()))
 
     async def start(self) -> None:
-        """Check every backend once, then keep checking in the background."""
-        await asyncio.gather(*(self.check(b) for b in self.backends.values()))
-        self._task = asyncio.create_task(self._health_loop(), name="health-checks")
+        """Check every backend once, then keep checking each in its own task."""
+        await asyncio.gather(*(self.checker.check(b) for b in self.backends.values()))
+        self._tasks = [asyncio.create_task(self.checker.run(b), name=f"health {a}") for a, b in self.backends.items()]
 
     async def close(self) -> None:
         """Stop health checks and close every channel."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(b.close() for b in self.backends.values()))

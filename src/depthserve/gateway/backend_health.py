@@ -1,0 +1,79 @@
+"""One backend's health flags: what active checks, passive ejection and operators say about it.
+
+Health checking and outlier detection only flip these flags; the pool derives the eligible set
+from them (Envoy's reloadHealthyHosts), and policies never see ejection at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WARMING, READY, UNHEALTHY, EJECTED, DRAINING = "warming", "ready", "unhealthy", "ejected", "draining"
+
+
+@dataclass
+class BackendHealth:
+    """Flags for one backend; times are the gateway's monotonic clock."""
+
+    healthy: bool = False  # verdict of the active checks (thresholds applied)
+    serving: bool | None = None  # the backend's own gRPC health answer; None = no answer
+    ever_ready: bool = False
+    check_failures: int = 0  # consecutive failed active checks
+    check_successes: int = 0  # consecutive passed active checks
+    ejected_until: float = float("-inf")  # passive ejection (outlier detection)
+    times_ejected: int = 0
+    drained: bool = False  # an operator asked the gateway to stop sending here
+    ready_since: float = float("-inf")  # when it last became eligible, for slow start
+    not_serving_phase: str = WARMING  # what a NOT_SERVING answer means: warming (was out) or draining (was in)
+
+    def check_passed(self, now: float, healthy_threshold: int) -> bool:
+        """Record a passed active check; True when this makes the backend healthy again."""
+        self.serving = True
+        self.check_failures = 0
+        self.check_successes += 1
+        self.ejected_until = float("-inf")  # a passed active check ends a passive ejection (as Envoy does)
+        if self.healthy or (self.ever_ready and self.check_successes < healthy_threshold):
+            return False
+        self.healthy = self.ever_ready = True
+        self.ready_since = now
+        return True
+
+    def check_failed(self, unhealthy_threshold: int) -> bool:
+        """Record a failed active check (no answer, timeout, failed probe); True when this makes it unhealthy."""
+        self.check_successes = 0
+        self.check_failures += 1
+        if self.healthy and self.check_failures >= unhealthy_threshold:
+            self.healthy = False
+            return True
+        return False
+
+    def not_serving(self) -> bool:
+        """Record the backend saying NOT_SERVING (warming up or draining): out at once; True if it was in."""
+        if self.serving is not False:
+            self.not_serving_phase = DRAINING if self.healthy else WARMING
+        self.serving = False
+        self.check_successes = 0
+        was = self.healthy
+        self.healthy = False
+        return was
+
+    def eject(self, now: float, base_s: float, max_s: float) -> float:
+        """Eject for base x times ejected (capped); return the ejection's length."""
+        self.times_ejected += 1
+        length = min(base_s * self.times_ejected, max_s)
+        self.ejected_until = now + length
+        return length
+
+    def ejected(self, now: float) -> bool:
+        """Whether a passive ejection is in force."""
+        return now < self.ejected_until
+
+    def state(self, now: float) -> str:
+        """Name the state shown to operators."""
+        if self.drained:
+            return DRAINING
+        if self.serving is False:
+            return self.not_serving_phase
+        if not self.healthy:
+            return UNHEALTHY if self.ever_ready or self.check_failures else WARMING
+        return EJECTED if self.ejected(now) else READY
