@@ -29,6 +29,10 @@ class BackendStats:
         """Count a call about to be sent."""
         self.in_flight += 1
 
+    def abandoned(self) -> None:
+        """Count a call that ended without a result that is not the backend's fault (a cancelled hedge, a 4xx)."""
+        self.in_flight -= 1
+
     def finished(self, ok: bool, latency_ms: float, now: float) -> None:
         """Count a finished call; successful ones feed the latency averages, failed ones the error rate."""
         self.in_flight -= 1

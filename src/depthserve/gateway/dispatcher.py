@@ -1,39 +1,73 @@
-"""Send one inference to the backend a policy picks, with a deadline, and record what happened."""
+"""Send one inference to the backends a policy picks: deadline, retries on other backends, hedging.
+
+One loop schedules attempts: the first on the policy's choice; another on the next candidate when
+an attempt fails before a result (connection refused, UNAVAILABLE, RESOURCE_EXHAUSTED, a per-try
+timeout on a hung backend), or, with hedging, when the first is slower than the pool's p95. Every
+attempt after the first needs a slot from the retry budget. The first good reply wins; the
+others are cancelled.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.balancer.types import Policy, RequestInfo
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
+from depthserve.gateway.latency_window import LatencyWindow
 from depthserve.gateway.pool import BackendPool
+from depthserve.gateway.retry_budget import RetryBudget
 from depthserve.protocol.load_report import from_metadata
+from depthserve.settings import GatewaySettings
+
+RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED}
+NOT_BACKEND_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+@dataclass
+class AttemptFailed(Exception):
+    """An attempt that ended without a result; `retriable` when another backend may still answer."""
+
+    error: GatewayError
+    retriable: bool
+
+
+def deadline_error(timeout_s: float) -> GatewayError:
+    """The error for a request whose overall deadline passed."""
+    return GatewayError(504, "deadline", f"no reply within the request deadline of {timeout_s:g}s")
 
 
 class Dispatcher:
-    """Joins the pool and the policies: pick, call with a deadline, feed the outcome back to the backend."""
+    """Joins the pool and the policies, and counts retries and hedges."""
 
-    def __init__(self, pool: BackendPool, default_policy: Policy, policies: Mapping[str, Policy] | None = None) -> None:
+    def __init__(
+        self,
+        pool: BackendPool,
+        settings: GatewaySettings,
+        default_policy: Policy,
+        policies: Mapping[str, Policy] | None = None,
+    ) -> None:
         self.pool = pool
         self.default_policy = default_policy
         self.policies = dict(policies or {})
+        self.settings = settings
+        self.budget = RetryBudget(self.settings.retry_budget_percent, self.settings.min_retry_concurrency)
+        self.latencies = LatencyWindow()
+        self.hedges = 0
 
     def policy_for(self, model: str) -> Policy:
         """The policy configured for a model, or the default one."""
         return self.policies.get(model, self.default_policy)
 
-    async def infer(
-        self, request: pb.ModelInferRequest, info: RequestInfo, timeout_s: float, request_id: str
-    ) -> tuple[pb.ModelInferResponse, str]:
-        """Run the request on the chosen backend; return the reply and the backend's address."""
-        candidates = self.policy_for(info.model).pick(self.pool.snapshot(), info)
-        if not candidates:
-            raise no_backend(info.model)
-        backend = self.pool.backends[candidates[0]]
+    async def _attempt(
+        self, address: str, request: pb.ModelInferRequest, timeout_s: float, overall_left: float, request_id: str
+    ) -> pb.ModelInferResponse:
+        backend = self.pool.backends[address]
         stats = backend.stats
         stats.started()
         started = time.perf_counter()
@@ -41,19 +75,103 @@ class Dispatcher:
         try:
             response = await call
         except grpc.aio.AioRpcError as error:
-            failure = from_rpc_error(error, backend.address)
+            code = error.code()
             now = self.pool.clock()
             backend.record_load(from_metadata(error.trailing_metadata()), now)
-            # A refused request (4xx) says nothing bad about the backend; count only backend faults.
-            stats.finished(failure.status < 500, (time.perf_counter() - started) * 1000.0, now)
-            raise failure from None
-        except BaseException:
-            stats.finished(False, 0.0, self.pool.clock())
+            per_try_timeout = code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s < overall_left
+            # The client's own deadline running out says nothing about the backend; a per-try timeout does.
+            fault = code not in NOT_BACKEND_FAULTS and (code != grpc.StatusCode.DEADLINE_EXCEEDED or per_try_timeout)
+            if fault:
+                stats.finished(False, 0.0, now)
+                self.pool.record_failure(backend)
+            else:
+                stats.abandoned()  # answered, but neither a result nor the backend's fault: no sample
+            raise AttemptFailed(from_rpc_error(error, address), code in RETRIABLE or per_try_timeout) from None
+        except asyncio.CancelledError:
+            call.cancel()
+            stats.abandoned()
             raise
+        latency_ms = (time.perf_counter() - started) * 1000.0
         now = self.pool.clock()
         backend.record_load(from_metadata(await call.trailing_metadata()), now)
-        stats.finished(True, (time.perf_counter() - started) * 1000.0, now)
-        return response, backend.address
+        stats.finished(True, latency_ms, now)
+        self.latencies.add(latency_ms)
+        return response
+
+    def _hedge_delay_s(self) -> float | None:
+        if not self.settings.hedge:
+            return None
+        p95 = self.latencies.p95()
+        return None if p95 is None else max(p95, self.settings.hedge_min_ms) / 1000.0
+
+    async def infer(
+        self, request: pb.ModelInferRequest, info: RequestInfo, timeout_s: float, request_id: str
+    ) -> tuple[pb.ModelInferResponse, str]:
+        """Get one reply for the request from some backend; return it with the backend's address."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        candidates = list(self.policy_for(info.model).pick(self.pool.snapshot(), info))[: self.settings.max_attempts]
+        if not candidates:
+            raise no_backend(info.model)
+        self.budget.active_requests += 1
+        pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}
+        last: AttemptFailed | None = None
+
+        def launch(index: int) -> None:
+            is_retry = index > 0
+            left = deadline - loop.time()
+            per_try = min(left, self.settings.per_try_timeout_s)
+            task = asyncio.ensure_future(self._attempt(candidates[index], request, per_try, left, request_id))
+            pending[task] = (candidates[index], is_retry)
+
+        try:
+            launch(0)
+            next_index = 1
+            hedge_delay = self._hedge_delay_s()
+            hedge_at = None if hedge_delay is None else loop.time() + hedge_delay
+            while pending:
+                now = loop.time()
+                wait_until = deadline if hedge_at is None else min(deadline, hedge_at)
+                done, _ = await asyncio.wait(
+                    pending, timeout=max(0.0, wait_until - now), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    if loop.time() >= deadline:
+                        raise deadline_error(timeout_s)
+                    hedge_at = None  # the hedge moment: one extra attempt, if the budget allows
+                    if next_index < len(candidates) and self.budget.try_acquire():
+                        self.hedges += 1
+                        launch(next_index)
+                        next_index += 1
+                    continue
+                for task in done:
+                    address, is_retry = pending.pop(task)
+                    if is_retry:
+                        self.budget.release()
+                    error = task.exception()
+                    if error is None:
+                        return task.result(), address
+                    if not isinstance(error, AttemptFailed):
+                        raise error
+                    if not error.retriable:
+                        raise error.error
+                    last = error
+                more = not pending and next_index < len(candidates) and loop.time() < deadline
+                if more and await self.budget.acquire(deadline - loop.time()):
+                    launch(next_index)
+                    next_index += 1
+            if loop.time() >= deadline:
+                raise deadline_error(timeout_s)
+            assert last is not None
+            raise last.error
+        finally:
+            for task, (_, is_retry) in pending.items():
+                task.cancel()
+                if is_retry:
+                    self.budget.release()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            self.budget.active_requests -= 1
 
 
 __all__ = ["Dispatcher", "GatewayError"]

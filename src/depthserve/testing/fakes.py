@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from depthserve.balancer.types import RequestInfo, Snapshot
+
 
 class FakeClock:
     """A monotonic clock for tests; call it for the time, `advance` to move it."""
@@ -15,3 +17,13 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         """Move time forward."""
         self.now += seconds
+
+
+class FixedOrder:
+    """A policy that lists backends in snapshot order, so tests decide which backend is tried first."""
+
+    name = "fixed_order"
+
+    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
+        """Return every backend id in the snapshot's order."""
+        return tuple(view.id for view in snapshot.backends)
