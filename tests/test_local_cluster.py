@@ -52,3 +52,41 @@ def test_up_serves_and_stops_without_orphans(rgb_png: bytes) -> None:
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode()
+
+
+def test_up_restarts_a_worker_that_dies(rgb_png: bytes) -> None:
+    port = free_port()
+    up = subprocess.Popen(
+        [sys.executable, "-m", "depthserve", "up", "--workers", "2", "--port", str(port), "--model", "synthetic"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert up.stdout is not None and up.stdout.readline().startswith("depthserve ready")
+        workers = [pid for pid in descendants(up.pid) if " worker " in _cmdline(pid)]
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:  # the gateway first sees it gone, then back after restart and warm-up
+            states = [b["state"] for b in httpx.get(f"{url}/v1/cluster").json()["backends"]]
+            fresh = [pid for pid in descendants(up.pid) if " worker " in _cmdline(pid) and pid != workers[0]]
+            if states == ["ready", "ready"] and len(fresh) == 2 and not pid_alive(workers[0]):
+                break
+            assert time.monotonic() < deadline, f"worker not restarted: {states}"
+            time.sleep(0.2)
+        reply = httpx.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"}, timeout=30)
+        assert reply.status_code == 200
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(30) == 0
+        assert "restarting in 1s" in (up.stderr.read() if up.stderr else "")
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)

@@ -33,6 +33,8 @@ def worker(
     max_message_mb: Annotated[int | None, typer.Option(help="gRPC message limit, MiB [64]")] = None,
     max_pixels: Annotated[int | None, typer.Option(help="largest image, pixels [40000000]")] = None,
     warmup_requests: Annotated[int | None, typer.Option(help="warm-up inferences before ready [1]")] = None,
+    warmup_levels: Annotated[str | None, typer.Option(help="resolution levels warmed up [0,9]")] = None,
+    drain_notice_s: Annotated[float | None, typer.Option(help="serve on while gateways notice a drain [3]")] = None,
     drain_seconds: Annotated[float | None, typer.Option(help="grace period on SIGTERM [10]")] = None,
     synthetic_ms: Annotated[float | None, typer.Option(help="synthetic: base ms per batch [20]")] = None,
     synthetic_per_item_ms: Annotated[float | None, typer.Option(help="synthetic: ms per item [0]")] = None,
@@ -125,6 +127,18 @@ def status(
     from depthserve.status_view import show_status
 
     raise typer.Exit(show_status(url))
+
+
+@app.command()
+def drain(
+    backend: Annotated[str, typer.Argument(help="worker address HOST:PORT as the gateway lists it")],
+    undrain: Annotated[bool, typer.Option("--undrain", help="resume sending to it")] = False,
+    url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
+) -> None:
+    """Stop the gateway sending new requests to a worker (in-flight ones finish), or resume."""
+    from depthserve.status_view import set_drain
+
+    raise typer.Exit(set_drain(url, backend, not undrain))
 
 
 def main() -> None:

@@ -19,6 +19,8 @@ from depthserve.probes import free_port, grpc_serving, http_ready
 
 console = Console(stderr=True)
 PR_SET_PDEATHSIG = 1
+RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
+RESTART_RESET_S = 60.0  # a worker that ran this long starts its backoff afresh
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
@@ -34,6 +36,10 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    args: list[str]
+    started_at: float = 0.0
+    restarts: int = 0
+    restart_at: float | None = None
 
     def tail(self, lines: int = 15) -> str:
         """Give the last lines of the child's log, to explain a failure."""
@@ -64,19 +70,39 @@ class LocalCluster:
         self.children: list[Child] = []
         self._stop_signal: int | None = None
 
-    def _spawn(self, name: str, args: list[str]) -> Child:
-        log = self.log_dir / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
+    def _popen(self, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(
                 [sys.executable, "-m", "depthserve", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
-            )  # noqa: PLW1509 - no threads yet
-        child = Child(name, process, log)
+            )
+
+    def _spawn(self, name: str, args: list[str]) -> Child:
+        log = self.log_dir / f"{name}.log"
+        child = Child(name, self._popen(args, log), log, args, time.monotonic())
         self.children.append(child)
         return child
+
+    def _supervise(self, child: Child) -> None:
+        """Restart a dead worker on its port with exponential backoff; the gateway re-admits it once warm."""
+        now = time.monotonic()
+        if child.restart_at is None:
+            if now - child.started_at > RESTART_RESET_S:
+                child.restarts = 0
+            delay = min(RESTART_MAX_S, 2.0**child.restarts)
+            child.restart_at = now + delay
+            console.print(
+                f"[yellow]{child.name} exited with code {child.process.returncode}; restarting in {delay:.0f}s[/yellow]"
+                f" (log {child.log})"
+            )
+        elif now >= child.restart_at:
+            child.process = self._popen(child.args, child.log)
+            child.started_at, child.restart_at = now, None
+            child.restarts += 1
+            console.print(f"{child.name} restarted (pid {child.process.pid})")
 
     def _wait_ready(self, progress: Progress, pending: dict[str, tuple[Child, str]]) -> bool:
         tasks = {name: progress.add_task(f"{name} starting", total=1) for name in pending}
@@ -163,11 +189,13 @@ class LocalCluster:
             )
             console.print(f"  status: depthserve status --url {url}   logs: {self.log_dir}")
             while self._stop_signal is None:
-                dead = [c for c in self.children if c.process.poll() is not None]
-                if dead:
-                    console.print(f"[red]{dead[0].name} exited unexpectedly:[/red]\n{dead[0].tail()}")
-                    code = 1
-                    break
+                for child in self.children:
+                    if child.process.poll() is None:
+                        continue
+                    if child.name == "gateway":
+                        console.print(f"[red]the gateway exited unexpectedly:[/red]\n{child.tail()}")
+                        return 1
+                    self._supervise(child)
                 time.sleep(0.2)
             return code
         finally:

@@ -21,6 +21,12 @@ from pydantic_settings import (
 DEFAULT_MODEL_NAME = "lingbot-depth"
 
 
+def _split_ints(value: Any) -> Any:
+    if isinstance(value, str):
+        return [int(item) for item in value.split(",") if item.strip()]
+    return value
+
+
 class WorkerSettings(BaseSettings):
     """How a worker serves its model over gRPC."""
 
@@ -36,8 +42,13 @@ class WorkerSettings(BaseSettings):
     queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
     max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
-    warmup_requests: int = Field(1, ge=0, description="inferences run before the worker reports ready")
-    drain_seconds: float = Field(10.0, ge=0, description="grace period for in-flight requests on SIGTERM")
+    warmup_requests: int = Field(1, ge=0, description="inferences per warm-up level before reporting ready")
+    warmup_levels: list[int] = Field(default_factory=lambda: [0, 9], description="resolution levels warmed up")
+    drain_notice_s: float = Field(
+        3.0, ge=0, description="on SIGTERM, keep serving while NOT_SERVING until gateways stop sending (or this)"
+    )
+    drain_quiet_s: float = Field(0.5, ge=0, description="end the notice early after this long with no request")
+    drain_seconds: float = Field(10.0, ge=0, description="then the grace period for in-flight requests")
     synthetic_ms: float = Field(20.0, ge=0, description="synthetic model: base service time per batch")
     synthetic_per_item_ms: float = Field(0.0, ge=0, description="synthetic model: extra time per batch item")
     synthetic_dist: Literal["const", "exp", "lognormal"] = Field("const", description="synthetic time shape")
@@ -45,6 +56,18 @@ class WorkerSettings(BaseSettings):
     speed: float = Field(1.0, gt=0, description="synthetic model: divides every service time (faster GPU)")
     synthetic_mem_gb: float = Field(80.0, gt=0, description="synthetic model: reported accelerator memory")
     seed: int = Field(0, description="seed for synthetic service times")
+
+    @field_validator("warmup_levels", mode="before")
+    @classmethod
+    def _split_levels(cls, value: Any) -> Any:
+        return _split_ints(value)
+
+    @field_validator("warmup_levels")
+    @classmethod
+    def _check_levels(cls, value: list[int]) -> list[int]:
+        if any(not 0 <= level <= 9 for level in value):
+            raise ValueError("warm-up levels must be between 0 and 9")
+        return value
 
 
 class PolicyConfig(BaseModel):
@@ -76,8 +99,28 @@ class GatewaySettings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0, description="deadline of a request, end to end")
     max_body_mb: float = Field(32.0, gt=0, description="largest request body accepted, MiB")
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message to or from a worker, MiB")
-    health_interval_s: float = Field(1.0, gt=0, description="how often each backend's health is checked")
+    max_request_timeout_s: float = Field(300.0, gt=0, description="largest X-Request-Timeout a client may ask")
+    health_interval_s: float = Field(1.0, gt=0, description="how often each backend's health is checked (+-20%)")
     health_timeout_s: float = Field(1.0, gt=0, description="timeout of one health check")
+    unhealthy_threshold: int = Field(2, ge=1, description="failed checks in a row that take a backend out")
+    healthy_threshold: int = Field(2, ge=1, description="passed checks in a row that bring it back")
+    probe_inference_every: int = Field(
+        5, ge=0, description="every Nth check also runs a tiny real inference (0 = gRPC health only)"
+    )
+    consecutive_errors: int = Field(5, ge=1, description="failures in a row on real traffic that eject a backend")
+    base_ejection_s: float = Field(30.0, gt=0, description="first ejection length; multiplied per ejection")
+    max_ejection_s: float = Field(300.0, gt=0, description="longest ejection")
+    max_ejection_percent: float = Field(50.0, ge=0, le=100, description="most backends ejected at once (min 1)")
+    panic_threshold_percent: float = Field(
+        50.0, ge=0, le=100, description="below this share of non-ejected backends, ejections are ignored"
+    )
+    slow_start_s: float = Field(5.0, ge=0, description="traffic ramp for a newly ready backend (weight-aware)")
+    max_attempts: int = Field(3, ge=1, description="tries of one request, on different backends")
+    per_try_timeout_s: float = Field(10.0, gt=0, description="deadline of one attempt (within the request's)")
+    retry_budget_percent: float = Field(20.0, ge=0, le=100, description="retries allowed as a share of active")
+    min_retry_concurrency: int = Field(3, ge=0, description="retries always allowed in flight at once")
+    hedge: bool = Field(False, description="send a second attempt when the first is slower than the pool's p95")
+    hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
 
     @field_validator("backends", mode="before")

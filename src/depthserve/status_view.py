@@ -49,7 +49,7 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
     for column in columns:
         table.add_column(column, justify="left" if column in ("backend", "state") else "right")
     for backend in cluster.get("backends", []):
-        colour = {"ready": "green", "unready": "red"}.get(backend["state"], "yellow")
+        colour = {"ready": "green", "unhealthy": "red", "ejected": "red"}.get(backend["state"], "yellow")
         weight = f"{backend['weight']:g}" + (" auto" if backend.get("weight_mode") == "auto" else "")
         table.add_row(
             backend["address"],
@@ -75,4 +75,20 @@ def show_status(url: str) -> int:
         console.print(f"[red]cannot read {url}/v1/cluster: {exc}[/red]")
         return 1
     console.print(cluster_table(reply.json()))
+    return 0
+
+
+def set_drain(url: str, backend: str, drained: bool) -> int:
+    """Ask the gateway to drain or undrain a backend and print its new state; return an exit code."""
+    console = Console()
+    action = "drain" if drained else "undrain"
+    try:
+        reply = httpx.post(f"{url.rstrip('/')}/v1/cluster/{backend}/{action}", timeout=5.0)
+    except httpx.HTTPError as exc:
+        console.print(f"[red]cannot reach {url}: {exc}[/red]")
+        return 1
+    if reply.status_code != 200:
+        console.print(f"[red]{reply.json().get('error', reply.text)}[/red]")
+        return 1
+    console.print(f"{backend}: {reply.json()['state']}")
     return 0

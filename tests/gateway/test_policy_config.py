@@ -13,10 +13,7 @@ def test_config_file_sets_per_model_policy_and_weights(tmp_path: Path, rgb_png: 
     worker, address = start_worker(tmp_path)
     config = tmp_path / "gateway.yaml"
     config.write_text(
-        "policy: round_robin\n"
-        "policies:\n"
-        "  other-model: {name: round_robin}\n"
-        f"backends: ['{address}@2.5']\n"
+        f"policy: round_robin\npolicies:\n  other-model: {{name: round_robin}}\nbackends: ['{address}@2.5']\n"
     )
     gateway, url = start_gateway(tmp_path, [f"{address}@2.5"], "--config", str(config))
     try:

@@ -45,9 +45,25 @@ async def cluster(request: Request) -> JSONResponse:
             "model": state.settings.model,
             "policy": dispatcher.default_policy.name,
             "policies": {model: policy.name for model, policy in dispatcher.policies.items()},
+            "retries": dispatcher.budget.retries,
+            "retries_refused": dispatcher.budget.refused,
+            "hedges": dispatcher.hedges,
             "backends": state.pool.describe(),
         }
     )
+
+
+async def drain(request: Request) -> JSONResponse:
+    """Stop sending new requests to one backend (in-flight ones finish), or resume with /undrain."""
+    pool: BackendPool = request.app.state.pool
+    address, action = request.path_params["backend"], request.path_params["action"]
+    if action not in ("drain", "undrain"):
+        return JSONResponse({"error": f"unknown action {action!r}; use drain or undrain", "reason": "not_found"}, 404)
+    try:
+        backend = pool.set_drained(address, action == "drain")
+    except KeyError:
+        return JSONResponse({"error": f"no backend {address!r}", "reason": "unknown_backend"}, 404)
+    return JSONResponse(backend.describe(pool.clock(), 0.0, backend.spec.weight or 1.0))
 
 
 def check_settings(settings: GatewaySettings) -> None:
@@ -83,7 +99,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
     pool = BackendPool(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
-    dispatcher = Dispatcher(pool, make_policy(settings.policy, settings.policy_options), policies)
+    dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -98,6 +114,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/v1/cluster", cluster),
+            Route("/v1/cluster/{backend}/{action}", drain, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -99,6 +99,24 @@ async def parse_depth_upload(
     )
 
 
+def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> float:
+    """The request's deadline: `X-Request-Timeout` seconds if given (capped), else the configured default."""
+    raw = headers.get("x-request-timeout")
+    if raw is None:
+        return settings.request_timeout_s
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= settings.max_request_timeout_s:
+        raise GatewayError(
+            400,
+            "invalid_request",
+            f"X-Request-Timeout must be seconds in (0, {settings.max_request_timeout_s:g}], got {raw!r}",
+        )
+    return value
+
+
 class DepthEndpoint:
     """The ASGI app behind POST /v1/depth; errors become JSON with a reason code, never a traceback."""
 
@@ -122,7 +140,8 @@ class DepthEndpoint:
             client = scope.get("client")
             info = RequestInfo(model=model, headers=headers, client=client[0] if client else "")
             request = build_request(model, inputs, request_id=request_id)
-            reply, backend = await self._dispatcher.infer(request, info, self._settings.request_timeout_s, request_id)
+            timeout_s = request_timeout(headers, self._settings)
+            reply, backend = await self._dispatcher.infer(request, info, timeout_s, request_id)
             data, media_type = read_encoded_result(reply)
         except GatewayError as error:
             await send_error(send, error, request_id)

@@ -72,8 +72,9 @@ async def open_loop(
     async def one(client: httpx.AsyncClient, request_id: str) -> None:
         started = time.perf_counter()
         try:
-            reply = await client.post(url, content=body,
-                                      headers={"Content-Type": content_type, "X-Request-Id": request_id})
+            reply = await client.post(
+                url, content=body, headers={"Content-Type": content_type, "X-Request-Id": request_id}
+            )
         except httpx.HTTPError:
             stats.transport_errors += 1
             return

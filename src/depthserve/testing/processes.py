@@ -74,11 +74,12 @@ def wait_until(check: object, proc: Proc, timeout: float = 60.0) -> None:
 
 
 def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str = "worker") -> tuple[Proc, str]:
-    """Start a worker (default: synthetic, 0 ms) and wait until it serves; return it and its address."""
+    """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address."""
     port = port or free_port()
     args = ["worker", "--port", str(port), *extra]
-    if "--model" not in extra:
-        args += ["--model", "synthetic", "--synthetic-ms", "0"]
+    for flag, default in (("--model", "synthetic"), ("--synthetic-ms", "0")):
+        if flag not in extra:
+            args += [flag, default]
     proc = Proc(args, log_dir / f"{name}-{port}.log")
     address = f"127.0.0.1:{port}"
     wait_until(lambda: grpc_serving(address), proc)

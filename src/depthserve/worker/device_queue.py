@@ -20,7 +20,8 @@ class DeviceQueue:
         self.limit = limit
         self.waiting = 0
         self.running = 0
-        self._lock = asyncio.Lock()
+        self._held = False  # the device has an owner; ownership passes straight from one holder to the next
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._clock = clock
         self._window_s = window_s
         self._busy: deque[tuple[float, float, int]] = deque()  # finished (begin, end, items), oldest first
@@ -30,14 +31,29 @@ class DeviceQueue:
 
     @asynccontextmanager
     async def slot(self, items: int = 1) -> AsyncIterator[None]:
-        """Wait in line for the device and hold it for the body of the `async with` (a batch of `items`)."""
-        if self.waiting >= self.limit:
-            raise QueueFull(f"worker queue is full ({self.limit} waiting)")
-        self.waiting += 1
-        try:
-            await self._lock.acquire()
-        finally:
-            self.waiting -= 1
+        """Wait in line for the device and hold it for the body of the `async with` (a batch of `items`).
+
+        Hand-off semantics: a releasing holder gives the device straight to the oldest live waiter, and a
+        waiter cancelled (a gRPC deadline) after being handed it passes it on, so order is strictly FIFO.
+        """
+        if self._held or self._waiters:
+            if self.waiting >= self.limit:
+                raise QueueFull(f"worker queue is full ({self.limit} waiting)")
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            self.waiting += 1
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._hand_over()  # we were given the device but will not use it
+                raise
+            finally:
+                self.waiting -= 1
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        else:
+            self._held = True
         self.running += 1
         self._busy_since = self._clock()
         try:
@@ -49,7 +65,15 @@ class DeviceQueue:
             self._busy_items += items
             self._busy_since = None
             self.running -= 1
-            self._lock.release()
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._held = False
 
     def _trim(self, start: float) -> None:
         while self._busy and self._busy[0][1] < start:

@@ -33,12 +33,13 @@ def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
     return [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
 
 
-async def warm_up(runner: Runner, count: int) -> None:
-    """Run a few small inferences so the first client request does not pay for lazy initialisation."""
-    inputs = DepthInputs(image=np.full((64, 64, 3), 127, dtype=np.uint8), resolution_level=0)
-    for _ in range(count):
-        prepared = await asyncio.to_thread(runner.prepare, inputs)
-        await runner.compute(prepared)
+async def warm_up(runner: Runner, count: int, levels: list[int]) -> None:
+    """Run inferences at each configured resolution so no client request pays for lazy initialisation."""
+    for level in levels:
+        inputs = DepthInputs(image=np.full((64, 64, 3), 127, dtype=np.uint8), resolution_level=level)
+        for _ in range(count):
+            prepared = await asyncio.to_thread(runner.prepare, inputs)
+            await runner.compute(prepared)
 
 
 class Worker:
@@ -66,7 +67,7 @@ class Worker:
         log.info("loading model %s", self.settings.model)
         await asyncio.to_thread(self.runner.load)
         self.reporter.probe = self.runner.probe(self.queue)
-        await warm_up(self.runner, self.settings.warmup_requests)
+        await warm_up(self.runner, self.settings.warmup_requests, self.settings.warmup_levels)
         self.state.ready = True
         await self.health.set("", SERVING)
         await self.health.set(self.settings.name, SERVING)
@@ -79,11 +80,30 @@ class Worker:
         )
 
     async def stop(self) -> None:
-        """Stop taking new work, let in-flight requests finish within the drain period, then close."""
+        """Drain: report NOT_SERVING, serve until gateways stop sending, let in-flight work finish, close."""
         self.state.draining = True
         await self.health.enter_graceful_shutdown()
+        if self.state.ready:
+            await self._drain_notice()
         await self.server.stop(self.settings.drain_seconds)
-        log.info("worker on port %d stopped (served %d, failed %d)", self.port, self.state.served, self.state.failed)
+        state = self.state
+        log.info(
+            "worker on port %d stopped (served %d, failed %d, computed %d, refused before ready %d)",
+            self.port,
+            state.served,
+            state.failed,
+            state.computed,
+            state.refused_not_ready,
+        )
+
+    async def _drain_notice(self) -> None:
+        loop = asyncio.get_running_loop()
+        settings = self.settings
+        ends = loop.time() + settings.drain_notice_s
+        while loop.time() < ends:
+            if loop.time() - max(self.state.last_request_at, ends - settings.drain_notice_s) >= settings.drain_quiet_s:
+                return  # nobody has sent anything for a while: every gateway has noticed
+            await asyncio.sleep(0.05)
 
 
 async def run_worker(settings: WorkerSettings) -> None:

@@ -30,6 +30,9 @@ class WorkerState:
     draining: bool = False
     served: int = 0
     failed: int = 0
+    computed: int = 0  # requests that reached the device (an expired one dropped in the queue never does)
+    refused_not_ready: int = 0  # requests that arrived before the model was loaded and warm
+    last_request_at: float = 0.0  # event-loop time of the newest ModelInfer, to tell when gateways stopped
 
 
 def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
@@ -106,8 +109,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         if not self._serves(request.model_name, request.model_version):
             raise ModelNotFound(f"unknown model {request.model_name!r} version {request.model_version!r}")
-        if not self._state.ready or self._state.draining:
-            raise NotReady("worker is not ready" if not self._state.ready else "worker is draining")
+        if not self._state.ready:
+            self._state.refused_not_ready += 1
+            raise NotReady("worker is not ready: the model is loading or warming up")
+        self._state.last_request_at = asyncio.get_running_loop().time()
         inputs = parse_request(request)
         if self._runner.cheap_prepare:
             prepared = self._runner.prepare(inputs)
@@ -117,6 +122,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError("deadline passed while queued; not computed")
+            self._state.computed += 1
             outputs = await self._runner.compute(prepared)
         if cheap_to_encode(prepared):
             return encode_response(self._name, request.id, outputs, prepared)
