@@ -24,7 +24,9 @@ class Score:
     """Orders backends by a weighted sum of min-max normalised components, lowest (best) first.
 
     Components: `queue` (reported queue + running, per unit of weight), `in_flight` (the gateway's, per unit of
-    weight), `latency` (peak-EWMA, else EWMA; no sample = median of known), `gpu_util`, `gpu_mem` (used/total).
+    weight), `latency` (expected wait: peak-EWMA, else EWMA, x (in_flight + 1); no sample = median of known),
+    `gpu_util`, `gpu_mem` (used/total). Latency is scaled by the backlog because on mixed hardware a fast
+    backend with a short queue still beats an idle slow one, and a busy fast one should not look idle.
     Each is normalised across the candidates, so 0 is the best candidate and 1 the worst. A backend whose
     report shows gpu_temp > max_temp_c or memory fraction > max_mem_fraction is left out, unless every backend
     is (panic mode: serve from all rather than refuse). One above hot_util utilisation is de-weighted: it gets
@@ -46,7 +48,7 @@ class Score:
         max_temp_c: float = 85.0,
         max_mem_fraction: float = 0.95,
         hot_util: float = 0.8,
-        hot_penalty: float = 0.5,
+        hot_penalty: float = 0.1,
     ) -> None:
         self._weights = (w_queue, w_in_flight, w_latency, w_gpu_util, w_gpu_mem)
         self._max_temp_c = max_temp_c
@@ -74,7 +76,7 @@ class Score:
             max_temp_c=parse.number("max_temp_c", 85.0, 0.0, 200.0, clamp=True),
             max_mem_fraction=parse.number("max_mem_fraction", 0.95, 0.0, 1.0, clamp=True),
             hot_util=parse.number("hot_util", 0.8, 0.0, 1.0, clamp=True),
-            hot_penalty=parse.number("hot_penalty", 0.5, 0.0, 10.0, clamp=True),
+            hot_penalty=parse.number("hot_penalty", 0.1, 0.0, 10.0, clamp=True),
         )
         parse.done()
         return score
@@ -85,7 +87,10 @@ class Score:
         components = (
             [q / w for q, w in zip(fill_worst([outstanding(load) for load in loads]), weights, strict=True)],
             [max(b.in_flight, 0) / w for b, w in zip(backends, weights, strict=True)],
-            fill_median([latency_ms(b) for b in backends]),
+            [
+                lat * (max(b.in_flight, 0) + 1)
+                for lat, b in zip(fill_median([latency_ms(b) for b in backends]), backends, strict=True)
+            ],
             fill_worst([gpu_util(load) for load in loads]),
             fill_worst([mem_fraction(load) for load in loads]),
         )
