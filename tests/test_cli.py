@@ -74,3 +74,13 @@ def test_status_shows_each_backend(gateway_url: str) -> None:
 def test_gateway_without_backends_refuses_to_start() -> None:
     done = depthserve("gateway", "--port", "0")
     assert done.returncode == 2 and "--backends" in done.stderr
+
+
+def test_new_key_prints_a_key_and_its_hashed_line() -> None:
+    from depthserve.gateway.api_keys import hash_key
+
+    done = depthserve("new-key", "carol")
+    assert done.returncode == 0
+    key = done.stdout.split("key:")[1].split()[0]
+    line = done.stdout.split("line:")[1].split()[0]
+    assert line == f"carol:{hash_key(key)}" and key not in line

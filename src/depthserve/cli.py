@@ -30,6 +30,12 @@ def worker(
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:N] [auto]")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
     queue_limit: Annotated[int | None, typer.Option(help="requests waiting before refusal [64]")] = None,
+    max_batch_size: Annotated[int | None, typer.Option(help="most requests per batch; 1 = off [1]")] = None,
+    batching: Annotated[str | None, typer.Option(help="fixed | adaptive [adaptive]")] = None,
+    max_queue_delay_ms: Annotated[float | None, typer.Option(help="fixed: longest wait to fill a batch [0]")] = None,
+    target_latency_ms: Annotated[float | None, typer.Option(help="adaptive: latency target, ms [100]")] = None,
+    max_batch_pixels: Annotated[int | None, typer.Option(help="most pixels per batch [32000000]")] = None,
+    max_concurrent_batches: Annotated[int | None, typer.Option(help="batches on the device at once [1]")] = None,
     max_message_mb: Annotated[int | None, typer.Option(help="gRPC message limit, MiB [64]")] = None,
     max_pixels: Annotated[int | None, typer.Option(help="largest image, pixels [40000000]")] = None,
     warmup_requests: Annotated[int | None, typer.Option(help="warm-up inferences before ready [1]")] = None,
@@ -41,6 +47,11 @@ def worker(
     synthetic_dist: Annotated[str | None, typer.Option(help="synthetic: const | exp | lognormal")] = None,
     seed: Annotated[int | None, typer.Option(help="synthetic: seed of service times [0]")] = None,
     synthetic_sigma: Annotated[float | None, typer.Option(help="synthetic: lognormal sigma [0.5]")] = None,
+    synthetic_mem_gb: Annotated[float | None, typer.Option(help="synthetic: accelerator memory, GiB [80]")] = None,
+    memory_budget_fraction: Annotated[float | None, typer.Option(help="device memory share usable [0.9]")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="serve gRPC over TLS with this certificate")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(help="require client certificates from this CA (mTLS)")] = None,
     speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
 ) -> None:
     """Run a model worker (OIP v2 gRPC server)."""
@@ -63,6 +74,16 @@ def gateway(
     request_timeout_s: Annotated[float | None, typer.Option(help="request deadline, s [30]")] = None,
     max_body_mb: Annotated[float | None, typer.Option(help="largest request body, MiB [32]")] = None,
     health_interval_s: Annotated[float | None, typer.Option(help="health-check interval, s [1]")] = None,
+    max_in_flight: Annotated[int | None, typer.Option(help="requests forwarded at once [256]")] = None,
+    max_queue: Annotated[int | None, typer.Option(help="requests waiting for admission [512]")] = None,
+    rate_limit: Annotated[str | None, typer.Option(help="per key/address, e.g. '50/s burst 100'")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="NAME:SHA256 or NAME:plain:KEY lines")] = None,
+    upload_timeout_s: Annotated[float | None, typer.Option(help="longest body upload, s [30]")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS (h2/HTTP1.1 by ALPN) with this cert")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="its private key (PKCS#8)")] = None,
+    backend_tls_ca: Annotated[Path | None, typer.Option(help="CA of the workers' gRPC TLS certificates")] = None,
+    backend_tls_cert: Annotated[Path | None, typer.Option(help="client certificate for mTLS to workers")] = None,
+    backend_tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
 ) -> None:
     """Run the HTTP/2 gateway in front of workers."""
     flags = {k: v for k, v in locals().items() if k != "config"}
@@ -139,6 +160,18 @@ def drain(
     from depthserve.status_view import set_drain
 
     raise typer.Exit(set_drain(url, backend, not undrain))
+
+
+@app.command("new-key")
+def new_key_command(
+    name: Annotated[str, typer.Argument(help="who the key is for; its identity in rate limits")],
+) -> None:
+    """Make an API key: prints the key (give it to the client) and the line for --api-keys-file."""
+    from depthserve.gateway.api_keys import new_key
+
+    key, digest = new_key()
+    typer.echo(f"key:  {key}")
+    typer.echo(f"line: {name}:{digest}")
 
 
 def main() -> None:

@@ -40,6 +40,20 @@ class WorkerSettings(BaseSettings):
     device: str = Field("auto", description="torch device: auto picks cuda when present, else cpu")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's own choice)")
     queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
+    max_batch_size: int = Field(
+        1, ge=1, le=1024, description="most requests run as one batch (1 = no batching; 8-16 suit a GPU)"
+    )
+    batching: Literal["fixed", "adaptive"] = Field(
+        "adaptive", description="fixed: close a batch at max_queue_delay_ms; adaptive: wait only when it pays"
+    )
+    max_queue_delay_ms: float = Field(0.0, ge=0, description="fixed mode: longest the oldest request waits")
+    target_latency_ms: float = Field(
+        100.0, gt=0, description="adaptive mode: a held batch must still finish within this of its oldest arrival"
+    )
+    max_batch_pixels: int = Field(
+        32_000_000, ge=1, description="most image pixels in one batch, so large images run in smaller batches"
+    )
+    max_concurrent_batches: int = Field(1, ge=1, le=16, description="batches on the device at once")
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
     max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
     warmup_requests: int = Field(1, ge=0, description="inferences per warm-up level before reporting ready")
@@ -55,6 +69,12 @@ class WorkerSettings(BaseSettings):
     synthetic_sigma: float = Field(0.5, gt=0, le=3, description="synthetic lognormal shape (1.0 = heavy tail)")
     speed: float = Field(1.0, gt=0, description="synthetic model: divides every service time (faster GPU)")
     synthetic_mem_gb: float = Field(80.0, gt=0, description="synthetic model: reported accelerator memory")
+    memory_budget_fraction: float = Field(
+        0.9, gt=0, le=1, description="refuse work that would take device memory past this share of the total"
+    )
+    tls_cert: Path | None = Field(None, description="serve gRPC over TLS with this certificate")
+    tls_key: Path | None = Field(None, description="its private key")
+    tls_ca: Path | None = Field(None, description="require client certificates signed by this CA (mutual TLS)")
     seed: int = Field(0, description="seed for synthetic service times")
 
     @field_validator("warmup_levels", mode="before")
@@ -119,6 +139,22 @@ class GatewaySettings(BaseSettings):
     per_try_timeout_s: float = Field(10.0, gt=0, description="deadline of one attempt (within the request's)")
     retry_budget_percent: float = Field(20.0, ge=0, le=100, description="retries allowed as a share of active")
     min_retry_concurrency: int = Field(3, ge=0, description="retries always allowed in flight at once")
+    max_in_flight: int = Field(256, ge=1, description="requests the gateway forwards at once, all models")
+    model_limits: dict[str, int] = Field(default_factory=dict, description="per model name: its in-flight cap")
+    max_queue: int = Field(512, ge=0, description="requests waiting for admission before 503 queue_full")
+    rate_limit: str | None = Field(None, description="default per-key/per-address limit, e.g. '50/s burst 100'")
+    rate_limits: dict[str, str] = Field(default_factory=dict, description="per API key name: its rate limit")
+    api_keys_file: Path | None = Field(None, description="file of NAME:SHA256 or NAME:plain:KEY lines")
+    protect_health: bool = Field(False, description="require an API key on /healthz, /readyz, /v1/cluster too")
+    upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
+    max_pixels: int = Field(40_000_000, ge=1, description="largest image accepted (read from its header), pixels")
+    max_parts: int = Field(8, ge=1, description="most multipart parts in one request")
+    max_header_kb: int = Field(64, ge=1, description="largest request header block, KiB")
+    tls_cert: Path | None = Field(None, description="serve HTTPS (h2 + HTTP/1.1 by ALPN) with this certificate")
+    tls_key: Path | None = Field(None, description="its private key (PKCS#8 PEM)")
+    backend_tls_ca: Path | None = Field(None, description="verify workers' gRPC TLS certificates with this CA")
+    backend_tls_cert: Path | None = Field(None, description="client certificate for mutual TLS to workers")
+    backend_tls_key: Path | None = Field(None, description="its private key")
     hedge: bool = Field(False, description="send a second attempt when the first is slower than the pool's p95")
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")

@@ -1,4 +1,4 @@
-"""The gateway's ASGI application: routes, and the lifespan that runs the backend pool."""
+"""The gateway's ASGI application: its parts wired together, and the lifespan that runs the backend pool."""
 
 from __future__ import annotations
 
@@ -8,62 +8,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from depthserve.balancer import make_policy
 from depthserve.gateway.backend_spec import parse_backend
+from depthserve.gateway.control_routes import cluster, drain, guarded, healthz, readyz
 from depthserve.gateway.depth_route import DepthEndpoint
 from depthserve.gateway.dispatcher import Dispatcher
+from depthserve.gateway.edge import Edge
 from depthserve.gateway.pool import BackendPool
 from depthserve.settings import GatewaySettings
 
 SETTINGS_ENV = "DEPTHSERVE_INTERNAL_GATEWAY_JSON"
-
-
-async def healthz(request: Request) -> JSONResponse:
-    """Say the process is alive (liveness), whatever its backends do."""
-    return JSONResponse({"status": "ok"})
-
-
-async def readyz(request: Request) -> JSONResponse:
-    """Say whether at least one backend is ready, so a load balancer in front can route here."""
-    ready = request.app.state.pool.ready_count()
-    if ready:
-        return JSONResponse({"status": "ready", "ready_backends": ready})
-    return JSONResponse({"status": "not_ready", "reason": "no_backend", "ready_backends": 0}, 503)
-
-
-async def cluster(request: Request) -> JSONResponse:
-    """Describe the policy and every backend: state, weight, in-flight, served, errors, latency, load report."""
-    state = request.app.state
-    dispatcher: Dispatcher = state.dispatcher
-    return JSONResponse(
-        {
-            "model": state.settings.model,
-            "policy": dispatcher.default_policy.name,
-            "policies": {model: policy.name for model, policy in dispatcher.policies.items()},
-            "retries": dispatcher.budget.retries,
-            "retries_refused": dispatcher.budget.refused,
-            "hedges": dispatcher.hedges,
-            "backends": state.pool.describe(),
-        }
-    )
-
-
-async def drain(request: Request) -> JSONResponse:
-    """Stop sending new requests to one backend (in-flight ones finish), or resume with /undrain."""
-    pool: BackendPool = request.app.state.pool
-    address, action = request.path_params["backend"], request.path_params["action"]
-    if action not in ("drain", "undrain"):
-        return JSONResponse({"error": f"unknown action {action!r}; use drain or undrain", "reason": "not_found"}, 404)
-    try:
-        backend = pool.set_drained(address, action == "drain")
-    except KeyError:
-        return JSONResponse({"error": f"no backend {address!r}", "reason": "unknown_backend"}, 404)
-    return JSONResponse(backend.describe(pool.clock(), 0.0, backend.spec.weight or 1.0))
 
 
 def check_settings(settings: GatewaySettings) -> None:
@@ -76,6 +33,13 @@ def check_settings(settings: GatewaySettings) -> None:
             make_policy(policy.name, policy.options)
         except ValueError as exc:
             raise ValueError(f"policy for model {model!r}: {exc}") from None
+    Edge(settings)  # keys file, rate limits and admission limits parse
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key, or neither")
+    if settings.tls_key is not None and b"BEGIN PRIVATE KEY" not in settings.tls_key.read_bytes():
+        raise ValueError(
+            f"{settings.tls_key} is not a PKCS#8 key; convert it: openssl pkcs8 -topk8 -nocrypt -in KEY -out KEY.pk8"
+        )
 
 
 class FastPath:
@@ -100,6 +64,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     pool = BackendPool(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
     dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
+    edge = Edge(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -111,17 +76,18 @@ def create_app(settings: GatewaySettings) -> FastPath:
 
     app = Starlette(
         routes=[
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/v1/cluster", cluster),
-            Route("/v1/cluster/{backend}/{action}", drain, methods=["POST"]),
+            Route("/healthz", guarded(healthz, always=False)),
+            Route("/readyz", guarded(readyz, always=False)),
+            Route("/v1/cluster", guarded(cluster, always=False)),
+            Route("/v1/cluster/{backend}/{action}", guarded(drain, always=True), methods=["POST"]),
         ],
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.pool = pool
     app.state.dispatcher = dispatcher
-    return FastPath({"/v1/depth": DepthEndpoint(settings, dispatcher)}, app)
+    app.state.edge = edge
+    return FastPath({"/v1/depth": DepthEndpoint(settings, dispatcher, edge)}, app)
 
 
 def app_from_env() -> FastPath:

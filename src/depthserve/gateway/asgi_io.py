@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from starlette.types import Receive, Send
+from starlette.types import Message, Receive, Send
 
 from depthserve.gateway.errors import GatewayError
 
-DRAIN_LIMIT = 256 * 1024 * 1024  # read at most this much of an oversized body before answering 413
+DRAIN_LIMIT = 256 * 1024 * 1024  # read at most this much of a refused upload before answering over HTTP/2
+INSPECT_AT = 64 * 1024  # an image header not readable within this many bytes is left to the worker
 
 
 def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -17,35 +18,76 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
 
 
-async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes:
-    """Read the body, answering 413 once it passes `limit` bytes.
+async def drain(receive: Receive, already: int) -> None:
+    """Read and drop the rest of a refused upload (up to DRAIN_LIMIT in all).
 
-    The excess is read and dropped (up to DRAIN_LIMIT) before answering: over HTTP/2, a reply sent while
-    the client is still uploading reaches curl and httpx only as a stream reset, not as the 413.
+    Over HTTP/2, a reply sent while the client is still uploading reaches curl and httpx only as a
+    stream reset, not as the 4xx; over HTTP/1.1 the reply goes out at once and the connection closes.
     """
-    too_large = declared is not None and declared.isdigit() and int(declared) > limit
-    chunks: list[bytes] = []
-    size = 0
+    size = already
     more = True
-    while more:
+    while more and size <= DRAIN_LIMIT:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise GatewayError(499, "client_disconnected", "client went away during the upload")
-        chunk = message.get("body", b"")
+            return
+        size += len(message.get("body", b""))
         more = message.get("more_body", False)
-        size += len(chunk)
-        if size > limit:
-            too_large = True
-        if too_large:
-            chunks.clear()
-            if size > DRAIN_LIMIT:
-                break
-        elif chunk:
-            chunks.append(chunk)
-    if too_large:
-        shown = declared if declared and declared.isdigit() else f"more than {limit}"
-        raise GatewayError(413, "body_too_large", f"request body of {shown} bytes exceeds the {limit}-byte limit")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class BodyReader:
+    """Reads a request body under a size limit, refusing early where the protocol lets the client see it."""
+
+    def __init__(self, receive: Receive, limit: int, http2: bool) -> None:
+        self._receive = receive
+        self.limit = limit
+        self.http2 = http2
+        self.size = 0
+
+    async def refuse(self, error: GatewayError) -> GatewayError:
+        """Prepare to answer `error` mid-upload: over HTTP/2 drain first so the client sees the answer."""
+        if self.http2:
+            await drain(self._receive, self.size)
+        return error
+
+    def too_large(self, shown: str) -> GatewayError:
+        """The 413 for a body over the limit."""
+        return GatewayError(413, "body_too_large", f"request body of {shown} bytes exceeds the {self.limit}-byte limit")
+
+    async def receive(self) -> Message:
+        """An ASGI receive that counts bytes and raises 413 past the limit (for streaming parsers)."""
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            raise GatewayError(499, "client_disconnected", "client went away during the upload")
+        self.size += len(message.get("body", b""))
+        if self.size > self.limit:
+            raise await self.refuse(self.too_large(f"more than {self.limit}"))
+        return message
+
+    async def read(self, declared: str | None, inspect: Callable[[bytes, bool], bool] | None = None) -> bytes:
+        """Read the whole body; `inspect(head, final)` sees each longer head until it returns True (decided),
+        and may raise to refuse the upload before the rest is read."""
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            raise await self.refuse(self.too_large(declared))
+        chunks: list[bytes] = []
+        buffered = 0
+        more = True
+        while more:
+            message = await self.receive()
+            chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            if chunk:
+                chunks.append(chunk)
+                buffered += len(chunk)
+            if inspect is not None and chunk:
+                head = b"".join(chunks)
+                chunks = [head]
+                try:
+                    decided = inspect(head, buffered >= INSPECT_AT or not more)
+                except GatewayError as error:
+                    raise await self.refuse(error) from None
+                if decided:
+                    inspect = None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def send_bytes(send: Send, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
@@ -57,9 +99,6 @@ async def send_bytes(send: Send, status: int, body: bytes, content_type: str, he
 
 
 async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
-    """Send a GatewayError as `{"error", "reason"}` JSON with Retry-After on overload answers."""
-    headers = {"x-request-id": request_id} if request_id else {}
-    if error.retry_after is not None:
-        headers["retry-after"] = str(max(1, round(error.retry_after)))
+    """Send a GatewayError as `{"error", "reason"}` JSON with Retry-After or WWW-Authenticate where they apply."""
     body = json.dumps({"error": error.message, "reason": error.reason}).encode()
-    await send_bytes(send, error.status, body, "application/json", headers)
+    await send_bytes(send, error.status, body, "application/json", error.headers(request_id))

@@ -29,10 +29,20 @@ def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
 class Backend:
     """A worker address with one channel for its whole life, its health state, stats and last load report."""
 
-    def __init__(self, spec: BackendSpec, max_message_mb: int, stats: BackendStats) -> None:
+    def __init__(
+        self,
+        spec: BackendSpec,
+        max_message_mb: int,
+        stats: BackendStats,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.spec = spec
         self.address = spec.address
-        self.channel = grpc.aio.insecure_channel(spec.address, options=channel_options(max_message_mb))
+        options = channel_options(max_message_mb)
+        if credentials is None:
+            self.channel = grpc.aio.insecure_channel(spec.address, options=options)
+        else:
+            self.channel = grpc.aio.secure_channel(spec.address, credentials, options=options)
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.health = BackendHealth()

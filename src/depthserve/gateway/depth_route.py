@@ -5,19 +5,21 @@ A bare ASGI app (the gateway's hot path); only multipart bodies go through Starl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from depthserve.balancer.types import RequestInfo
-from depthserve.codec import CodecError, format_from_accept, parse_intrinsics
-from depthserve.gateway.asgi_io import header_map, read_body, send_bytes, send_error
+from depthserve.codec import CodecError, ImageTooLarge, format_from_accept, image_size, parse_intrinsics
+from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error
 from depthserve.gateway.dispatcher import Dispatcher
+from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, build_request, read_encoded_result
 from depthserve.settings import GatewaySettings
@@ -26,20 +28,46 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 log = logging.getLogger("depthserve.gateway")
 
 
-async def _form_parts(scope: Scope, body: bytes) -> dict[str, bytes | str]:
-    async def replay() -> Message:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    request = Request(scope, replay)
+async def _form_parts(scope: Scope, reader: BodyReader, max_parts: int) -> dict[str, bytes | str]:
+    """Parse multipart while it streams in, so too many parts are refused before the rest is read."""
+    request = Request(scope, reader.receive)
     try:
-        form = await request.form(max_files=3, max_fields=8)
+        form = await request.form(max_files=max_parts, max_fields=max_parts)
+    except GatewayError:
+        raise
     except Exception as exc:  # noqa: BLE001 - starlette raises several types for malformed multipart
-        raise GatewayError(400, "invalid_request", f"malformed multipart body: {exc}") from None
+        if "Too many" in str(exc):
+            raise await reader.refuse(
+                GatewayError(413, "too_many_parts", f"multipart body has more than {max_parts} parts")
+            ) from None
+        raise await reader.refuse(GatewayError(400, "invalid_request", f"malformed multipart body: {exc}")) from None
     parts: dict[str, bytes | str] = {}
     for name, value in form.multi_items():
         parts[name] = await value.read() if isinstance(value, UploadFile) else value
     await form.close()
     return parts
+
+
+def pixel_check(max_pixels: int) -> Callable[[bytes, bool], bool]:
+    """Refuse (413) an image whose header, read from the first bytes of the upload, claims too many pixels.
+
+    Returns True once decided; an unreadable head is retried as more arrives, and at the end left to the worker.
+    """
+
+    def check(head: bytes, final: bool) -> bool:
+        try:
+            width, height = image_size(head)
+        except ImageTooLarge as exc:  # Pillow itself refuses headers past ~179 MP
+            raise GatewayError(413, "too_many_pixels", str(exc)) from None
+        except CodecError:
+            return final
+        if width * height > max_pixels:
+            raise GatewayError(
+                413, "too_many_pixels", f"image of {width}x{height} pixels exceeds the limit of {max_pixels} pixels"
+            )
+        return True
+
+    return check
 
 
 def _resolution_level(query: Mapping[str, str]) -> int:
@@ -64,7 +92,7 @@ def _output_format(headers: Mapping[str, str], query: Mapping[str, str]) -> str:
 async def parse_depth_upload(
     scope: Scope, receive: Receive, headers: Mapping[str, str], query: Mapping[str, str], settings: GatewaySettings
 ) -> DepthInputs:
-    """Build DepthInputs from the HTTP request without decoding any pixels."""
+    """Build DepthInputs from the HTTP request without decoding any pixels (header sizes only)."""
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in IMAGE_TYPES and content_type != "multipart/form-data":
         raise GatewayError(
@@ -75,15 +103,24 @@ async def parse_depth_upload(
         )
     output_format = _output_format(headers, query)
     level = _resolution_level(query)
-    body = await read_body(receive, headers.get("content-length"), int(settings.max_body_mb * 1024 * 1024))
-    if not body:
-        raise GatewayError(400, "invalid_request", "empty request body; send an image")
+    reader = BodyReader(receive, int(settings.max_body_mb * 1024 * 1024), scope.get("http_version") == "2")
     if content_type != "multipart/form-data":
+        body = await reader.read(headers.get("content-length"), pixel_check(settings.max_pixels))
+        if not body:
+            raise GatewayError(400, "invalid_request", "empty request body; send an image")
+        if output_format == "ply":
+            raise GatewayError(
+                400, "invalid_request", "format 'ply' needs camera intrinsics: send multipart with an 'intrinsics' part"
+            )
         return DepthInputs(image=body, resolution_level=level, output_format=output_format)
-    parts = await _form_parts(scope, body)
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > reader.limit:
+        raise await reader.refuse(reader.too_large(declared))
+    parts = await _form_parts(scope, reader, settings.max_parts)
     image = parts.get("image")
     if not isinstance(image, bytes) or not image:
         raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'image'")
+    pixel_check(settings.max_pixels)(image, True)
     raw_depth = parts.get("depth")
     depth = (raw_depth if isinstance(raw_depth, bytes) else raw_depth.encode()) if raw_depth else None
     intrinsics = None
@@ -120,9 +157,10 @@ def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> fl
 class DepthEndpoint:
     """The ASGI app behind POST /v1/depth; errors become JSON with a reason code, never a traceback."""
 
-    def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher) -> None:
+    def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher, edge: Edge) -> None:
         self._settings = settings
         self._dispatcher = dispatcher
+        self._edge = edge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
@@ -130,18 +168,26 @@ class DepthEndpoint:
         try:
             if scope["method"] != "POST":
                 raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
-            query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
-            inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
-            if inputs.output_format == "ply" and inputs.intrinsics is None:
-                raise GatewayError(
-                    400, "invalid_request", "format 'ply' needs camera intrinsics (multipart part 'intrinsics')"
-                )
-            model = query.get("model") or self._settings.model
             client = scope.get("client")
-            info = RequestInfo(model=model, headers=headers, client=client[0] if client else "")
-            request = build_request(model, inputs, request_id=request_id)
+            self._edge.caller(headers, client[0] if client else None)
+            query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+            model = query.get("model") or self._settings.model
             timeout_s = request_timeout(headers, self._settings)
-            reply, backend = await self._dispatcher.infer(request, info, timeout_s, request_id)
+            deadline = self._edge.clock() + timeout_s
+            async with self._edge.admission.admit(model, deadline, self._edge.priority(headers)):
+                try:
+                    async with asyncio.timeout(self._settings.upload_timeout_s):
+                        inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
+                except TimeoutError:
+                    raise GatewayError(
+                        408, "upload_timeout", f"request body not received within {self._settings.upload_timeout_s:g}s"
+                    ) from None
+                info = RequestInfo(model=model, headers=headers, client=client[0] if client else "")
+                request = build_request(model, inputs, request_id=request_id)
+                left = deadline - self._edge.clock()
+                if left <= 0:
+                    raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
+                reply, backend = await self._dispatcher.infer(request, info, left, request_id, timeout_s)
             data, media_type = read_encoded_result(reply)
         except GatewayError as error:
             await send_error(send, error, request_id)

@@ -105,9 +105,14 @@ class Dispatcher:
         return None if p95 is None else max(p95, self.settings.hedge_min_ms) / 1000.0
 
     async def infer(
-        self, request: pb.ModelInferRequest, info: RequestInfo, timeout_s: float, request_id: str
+        self,
+        request: pb.ModelInferRequest,
+        info: RequestInfo,
+        timeout_s: float,
+        request_id: str,
+        requested_s: float | None = None,
     ) -> tuple[pb.ModelInferResponse, str]:
-        """Get one reply for the request from some backend; return it with the backend's address."""
+        """Get one reply within `timeout_s` from some backend; `requested_s` is the client's whole deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         candidates = list(self.policy_for(info.model).pick(self.pool.snapshot(), info))[: self.settings.max_attempts]
@@ -137,7 +142,7 @@ class Dispatcher:
                 )
                 if not done:
                     if loop.time() >= deadline:
-                        raise deadline_error(timeout_s)
+                        raise deadline_error(requested_s or timeout_s)
                     hedge_at = None  # the hedge moment: one extra attempt, if the budget allows
                     if next_index < len(candidates) and self.budget.try_acquire():
                         self.hedges += 1
@@ -161,7 +166,7 @@ class Dispatcher:
                     launch(next_index)
                     next_index += 1
             if loop.time() >= deadline:
-                raise deadline_error(timeout_s)
+                raise deadline_error(requested_s or timeout_s)
             assert last is not None
             raise last.error
         finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import grpc
 from starlette.responses import JSONResponse
 
@@ -16,12 +18,20 @@ class GatewayError(Exception):
         self.message = message
         self.retry_after = retry_after
 
-    def response(self, request_id: str = "") -> JSONResponse:
-        """Render as `{"error", "reason"}` JSON, with Retry-After on overload answers."""
-        headers = {"X-Request-Id": request_id} if request_id else {}
+    def headers(self, request_id: str = "") -> dict[str, str]:
+        """Headers of the answer: the request id, Retry-After on overload, the Bearer challenge on 401."""
+        headers = {"x-request-id": request_id} if request_id else {}
         if self.retry_after is not None:
-            headers["Retry-After"] = str(max(1, round(self.retry_after)))
-        return JSONResponse({"error": self.message, "reason": self.reason}, self.status, headers=headers)
+            headers["retry-after"] = str(max(1, math.ceil(self.retry_after)))
+        if self.status == 401:
+            headers["www-authenticate"] = "Bearer"
+        return headers
+
+    def response(self, request_id: str = "") -> JSONResponse:
+        """Render as `{"error", "reason"}` JSON for Starlette routes."""
+        return JSONResponse(
+            {"error": self.message, "reason": self.reason}, self.status, headers=self.headers(request_id)
+        )
 
 
 _STATUS: dict[grpc.StatusCode, tuple[int, str]] = {

@@ -13,6 +13,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+import grpc
+
 from depthserve.balancer.types import BackendView, Snapshot
 from depthserve.gateway.backend import Backend
 from depthserve.gateway.backend_spec import parse_backend
@@ -25,6 +27,15 @@ log = logging.getLogger("depthserve.gateway")
 SLOW_START_FLOOR = 0.1  # a backend in slow start gets at least this share of its weight
 
 
+def backend_credentials(settings: GatewaySettings) -> grpc.ChannelCredentials | None:
+    """TLS (and, with a client certificate, mutual TLS) to the workers when a CA is configured."""
+    if settings.backend_tls_ca is None:
+        return None
+    cert = settings.backend_tls_cert.read_bytes() if settings.backend_tls_cert else None
+    key = settings.backend_tls_key.read_bytes() if settings.backend_tls_key else None
+    return grpc.ssl_channel_credentials(settings.backend_tls_ca.read_bytes(), key, cert)
+
+
 class BackendPool:
     """All backends of the gateway; health checks, outlier detection and operators flip their flags."""
 
@@ -32,10 +43,11 @@ class BackendPool:
         self._settings = settings
         self.clock = clock
         self.backends: dict[str, Backend] = {}
+        credentials = backend_credentials(settings)
         for text in settings.backends:
             spec = parse_backend(text, default_auto=settings.auto_weights)
             stats = BackendStats(alpha=settings.ewma_alpha, peak_decay_s=settings.peak_decay_s)
-            self.backends[spec.address] = Backend(spec, settings.max_message_mb, stats)
+            self.backends[spec.address] = Backend(spec, settings.max_message_mb, stats, credentials)
         self.checker = HealthChecker(settings, clock)
         self.outliers = OutlierDetector(
             settings.consecutive_errors,

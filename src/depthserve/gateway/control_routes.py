@@ -1,0 +1,82 @@
+"""The gateway's own routes: liveness, readiness, the cluster view and drain, behind the API key when asked."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from depthserve.gateway.dispatcher import Dispatcher
+from depthserve.gateway.edge import Edge
+from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.pool import BackendPool
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(handler: Handler, always: bool) -> Handler:
+    """Require an API key (when keys are configured) always, or only when protect_health is set."""
+
+    async def wrapper(request: Request) -> Response:
+        edge: Edge = request.app.state.edge
+        if always or edge.protect_health:
+            try:
+                edge.keys.authenticate({k.lower(): v for k, v in request.headers.items()})
+            except GatewayError as error:
+                return error.response()
+        return await handler(request)
+
+    wrapper.__doc__ = handler.__doc__
+    return wrapper
+
+
+async def healthz(request: Request) -> Response:
+    """Say the process is alive (liveness), whatever its backends do."""
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Say whether at least one backend can take traffic, so a load balancer in front can route here."""
+    ready = request.app.state.pool.ready_count()
+    if ready:
+        return JSONResponse({"status": "ready", "ready_backends": ready})
+    return JSONResponse({"status": "not_ready", "reason": "no_backend", "ready_backends": 0}, 503)
+
+
+async def cluster(request: Request) -> Response:
+    """Describe policy, admission, retries and every backend: state, weight, load, latency, errors."""
+    state = request.app.state
+    dispatcher: Dispatcher = state.dispatcher
+    admission = state.edge.admission
+    return JSONResponse(
+        {
+            "model": state.settings.model,
+            "policy": dispatcher.default_policy.name,
+            "policies": {model: policy.name for model, policy in dispatcher.policies.items()},
+            "admission": {
+                "in_flight": admission.in_flight,
+                "queued": admission.queued,
+                "admitted": admission.admitted,
+                "rejected": dict(admission.rejected),
+            },
+            "rate_limited": state.edge.limiter.limited,
+            "retries": dispatcher.budget.retries,
+            "retries_refused": dispatcher.budget.refused,
+            "hedges": dispatcher.hedges,
+            "backends": state.pool.describe(),
+        }
+    )
+
+
+async def drain(request: Request) -> Response:
+    """Stop sending new requests to one backend (in-flight ones finish), or resume with /undrain."""
+    pool: BackendPool = request.app.state.pool
+    address, action = request.path_params["backend"], request.path_params["action"]
+    if action not in ("drain", "undrain"):
+        return JSONResponse({"error": f"unknown action {action!r}; use drain or undrain", "reason": "not_found"}, 404)
+    try:
+        backend = pool.set_drained(address, action == "drain")
+    except KeyError:
+        return JSONResponse({"error": f"no backend {address!r}", "reason": "unknown_backend"}, 404)
+    return JSONResponse(backend.describe(pool.clock(), 0.0, backend.spec.weight or 1.0))
