@@ -13,10 +13,11 @@ from rich.table import Table
 def _load_cells(backend: dict[str, Any]) -> list[str]:
     load = backend.get("load")
     if not load or backend.get("load_stale"):
-        return ["?"] * 6  # no report, or too old to trust: unknown, not idle
+        return ["?"] * 7  # no report, or too old to trust: unknown, not idle
     mem = f"{load['gpu_mem_used'] / 2**30:.1f}/{load['gpu_mem_total'] / 2**30:.0f}G" if load["gpu_mem_total"] else "-"
     return [
         f"{load['queue']}+{load['running']}",
+        f"{load.get('batch_size', 0)}/{load['max_batch']}",  # last batch / capacity (older views lack the first)
         f"{load['gpu_util']:.0%}",
         mem,
         f"{load['gpu_temp']:.0f}C" if load["gpu_temp"] else "-",
@@ -40,6 +41,7 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
         "ewma ms",
         "peak ms",
         "queue+run",
+        "batch",
         "util",
         "memory",
         "temp",

@@ -92,3 +92,16 @@ async def test_capacity_is_items_per_busy_second() -> None:
     async with queue.slot(items=4):
         clock.advance(0.5)
     assert queue.capacity_rps() == 7 / 1.25
+
+
+async def test_slots_run_together_and_busy_time_counts_overlaps_once() -> None:
+    clock = FakeClock()
+    queue = DeviceQueue(limit=1, window_s=10.0, clock=clock, slots=2)
+    async with queue.slot(items=3):
+        clock.advance(1.0)
+        async with queue.slot(items=2):  # a second batch on the device at once: no waiting
+            assert queue.running == 5 and queue.waiting == 0
+            clock.advance(1.0)
+        clock.advance(1.0)
+    assert queue.utilisation() == pytest.approx(0.3)  # 3 s busy, not 4
+    assert queue.capacity_rps() == pytest.approx(5 / 3)

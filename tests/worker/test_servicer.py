@@ -157,3 +157,24 @@ async def test_not_ready_until_the_model_is_loaded() -> None:
     finally:
         await client.close()
         await worker.server.stop(0)
+
+
+async def test_batching_worker_runs_good_requests_together_and_refuses_a_bad_one_alone(rgb_png: bytes) -> None:
+    # Fixed mode with a long delay: the batch closes only when four requests are in, whatever the timing.
+    worker = await started(max_batch_size=4, batching="fixed", max_queue_delay_ms=60_000.0, synthetic_ms=5.0)
+    good = build_request("lingbot-depth", DepthInputs(image=rgb_png))
+    bad = build_request("lingbot-depth", DepthInputs(image=rgb_png))
+    bad.parameters["resolution_level"].int64_param = 42
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{worker.port}") as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            calls = [stub.ModelInfer(r, timeout=30) for r in (good, bad, good, good, good)]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            report = from_metadata(await calls[0].trailing_metadata())
+        refused = results[1]
+        assert isinstance(refused, grpc.aio.AioRpcError) and refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert all(isinstance(r, pb.ModelInferResponse) for i, r in enumerate(results) if i != 1)
+        assert report is not None and (report.batch_size, report.max_batch) == (4, 4)
+        assert worker.state.computed == 4 and worker.batcher.last_batch_size == 4
+    finally:
+        await worker.server.stop(0)

@@ -16,6 +16,7 @@ class LoadReport:
     queue: int = 0
     running: int = 0
     max_batch: int = 1
+    batch_size: int = 0  # items in the most recent batch (running or last run); 0 = none yet
     gpu_util: float = 0.0
     gpu_mem_used: int = 0
     gpu_mem_total: int = 0

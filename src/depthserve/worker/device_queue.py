@@ -1,4 +1,4 @@
-"""A bounded FIFO in front of the device, so work runs one at a time and overload is refused at once."""
+"""A bounded FIFO in front of the device, so work runs `slots` at a time and overload is refused at once."""
 
 from __future__ import annotations
 
@@ -14,13 +14,19 @@ class QueueFull(Exception):
 
 
 class DeviceQueue:
-    """Owns the device: one holder at a time, at most `limit` waiting, and a record of busy time."""
+    """Owns the device: `slots` holders at a time (default one), at most `limit` waiting, and its busy time.
 
-    def __init__(self, limit: int, window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    `running` counts items (a holder of a batch of 8 counts 8); busy time is the union of the holds.
+    """
+
+    def __init__(
+        self, limit: int, window_s: float = 5.0, clock: Callable[[], float] = time.monotonic, slots: int = 1
+    ) -> None:
         self.limit = limit
+        self.slots = slots
         self.waiting = 0
         self.running = 0
-        self._held = False  # the device has an owner; ownership passes straight from one holder to the next
+        self._holders = 0  # ownership passes straight from a releasing holder to the oldest waiter
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._clock = clock
         self._window_s = window_s
@@ -36,7 +42,7 @@ class DeviceQueue:
         Hand-off semantics: a releasing holder gives the device straight to the oldest live waiter, and a
         waiter cancelled (a gRPC deadline) after being handed it passes it on, so order is strictly FIFO.
         """
-        if self._held or self._waiters:
+        if self._holders >= self.slots or self._waiters:
             if self.waiting >= self.limit:
                 raise QueueFull(f"worker queue is full ({self.limit} waiting)")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -53,18 +59,20 @@ class DeviceQueue:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         else:
-            self._held = True
-        self.running += 1
-        self._busy_since = self._clock()
+            self._holders += 1
+        if self._busy_since is None:
+            self._busy_since = self._clock()
+        self.running += items
         try:
             yield
         finally:
             end = self._clock()
-            self._busy.append((self._busy_since, end, items))
-            self._busy_total += end - self._busy_since
+            begin = self._busy_since if self._busy_since is not None else end
+            self._busy.append((begin, end, items))  # the busy time since the last record, so overlaps count once
+            self._busy_total += end - begin
             self._busy_items += items
-            self._busy_since = None
-            self.running -= 1
+            self.running -= items
+            self._busy_since = end if self.running else None
             self._hand_over()
 
     def _hand_over(self) -> None:
@@ -73,7 +81,7 @@ class DeviceQueue:
             if not waiter.done():
                 waiter.set_result(None)
                 return
-        self._held = False
+        self._holders -= 1
 
     def _trim(self, start: float) -> None:
         while self._busy and self._busy[0][1] < start:

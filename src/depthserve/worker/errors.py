@@ -10,6 +10,7 @@ from depthserve.codec import CodecError
 from depthserve.protocol.tensors import TensorError
 from depthserve.worker.decode import BadRequest
 from depthserve.worker.device_queue import QueueFull
+from depthserve.worker.memory_guard import MemoryFull
 
 log = logging.getLogger("depthserve.worker")
 
@@ -40,7 +41,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """Map an exception to the status a client sees; unexpected ones are logged and reported as INTERNAL."""
     if isinstance(exc, CLIENT_ERRORS):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, QueueFull):
+    if isinstance(exc, (QueueFull, MemoryFull)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, ModelNotFound):
         return grpc.StatusCode.NOT_FOUND, str(exc)

@@ -1,4 +1,4 @@
-"""Assemble the worker's load report from the device queue and the accelerator probe."""
+"""Assemble the worker's load report from the batcher, the device queue and the accelerator probe."""
 
 from __future__ import annotations
 
@@ -6,30 +6,32 @@ import time
 
 from depthserve.protocol.load_report import METADATA_KEY, LoadReport
 from depthserve.telemetry.accelerator import AcceleratorProbe
+from depthserve.worker.batcher import Batcher
 from depthserve.worker.device_queue import DeviceQueue
 
 
 class LoadReporter:
-    """Builds the report attached to every reply; `max_batch` is the runner's batch capacity."""
+    """Builds the report attached to every reply from the batcher (queue, batches) and the device (busy time)."""
 
-    def __init__(self, queue: DeviceQueue, probe: AcceleratorProbe, max_batch: int) -> None:
-        self._queue = queue
+    def __init__(self, batcher: Batcher, device: DeviceQueue, probe: AcceleratorProbe) -> None:
+        self._batcher = batcher
+        self._device = device
         self.probe = probe
-        self._max_batch = max_batch
 
     def current(self) -> LoadReport:
-        """Snapshot queue depth, running work, utilisation, memory, temperature and measured capacity."""
+        """Snapshot queue depth, running work, batch sizes, utilisation, memory, temperature and capacity."""
         sample = self.probe.sample()
-        queue = self._queue
+        batcher, device = self._batcher, self._device
         return LoadReport(
-            queue=queue.waiting,
-            running=queue.running,
-            max_batch=self._max_batch,
-            gpu_util=queue.utilisation() if sample.util is None else sample.util,
+            queue=batcher.waiting,
+            running=batcher.running,
+            max_batch=batcher.max_batch,
+            batch_size=batcher.last_batch_size,
+            gpu_util=device.utilisation() if sample.util is None else sample.util,
             gpu_mem_used=sample.mem_used,
             gpu_mem_total=sample.mem_total,
             gpu_temp=sample.temp_c,
-            capacity_rps=queue.capacity_rps(),
+            capacity_rps=device.capacity_rps(),
             ts=time.time(),
         )
 

@@ -17,8 +17,10 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import CachedProbe, read_process
+from depthserve.worker.batcher import make_batcher
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.load import LoadReporter
+from depthserve.worker.memory_guard import MemoryGuard
 from depthserve.worker.runners import Runner, make_runner
 from depthserve.worker.servicer import InferenceServicer, WorkerState
 
@@ -33,13 +35,26 @@ def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
     return [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
 
 
+def server_credentials(settings: WorkerSettings) -> grpc.ServerCredentials | None:
+    """TLS when a certificate is given; with a CA too, clients must present a certificate it signed (mTLS)."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    ca = settings.tls_ca.read_bytes() if settings.tls_ca else None
+    pair = (settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())
+    return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
+
+
 async def warm_up(runner: Runner, count: int, levels: list[int]) -> None:
-    """Run inferences at each configured resolution so no client request pays for lazy initialisation."""
+    """Run inferences (single and, with batching, a full batch) at each level so no client pays for lazy set-up."""
     for level in levels:
         inputs = DepthInputs(image=np.full((64, 64, 3), 127, dtype=np.uint8), resolution_level=level)
         for _ in range(count):
             prepared = await asyncio.to_thread(runner.prepare, inputs)
-            await runner.compute(prepared)
+            sizes = (1, runner.max_batch) if runner.max_batch > 1 else (1,)
+            for size in sizes:
+                for result in await runner.compute_batch([prepared] * size):
+                    if isinstance(result, Exception):
+                        raise result
 
 
 class Worker:
@@ -48,34 +63,43 @@ class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self.runner = make_runner(settings)
-        self.queue = DeviceQueue(settings.queue_limit)
+        self.device = DeviceQueue(settings.queue_limit, slots=settings.max_concurrent_batches)
         self.state = WorkerState()
-        self.reporter = LoadReporter(self.queue, CachedProbe(read_process), self.runner.max_batch)
+        self.batcher = make_batcher(settings, self.runner, self.device, self.state.count_computed)
+        self.reporter = LoadReporter(self.batcher, self.device, CachedProbe(read_process))
         self.health = health_aio.HealthServicer()
         self.server = grpc.aio.server(options=grpc_options(settings.max_message_mb))
-        servicer = InferenceServicer(settings.name, self.runner, self.queue, self.state, self.reporter)
+        self.memory = MemoryGuard(self.reporter.probe, settings.memory_budget_fraction)
+        servicer = InferenceServicer(settings.name, self.runner, self.batcher, self.state, self.reporter, self.memory)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
 
     async def start(self) -> None:
         """Bind and start serving (not ready yet), then load and warm the model."""
-        self.port = self.server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        address = f"{self.settings.host}:{self.settings.port}"
+        credentials = server_credentials(self.settings)
+        if credentials is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, credentials)
         await self.health.set("", NOT_SERVING)
         await self.server.start()
         started = time.monotonic()
         log.info("loading model %s", self.settings.model)
         await asyncio.to_thread(self.runner.load)
-        self.reporter.probe = self.runner.probe(self.queue)
+        self.reporter.probe = self.memory.probe = self.runner.probe(self.device)
         await warm_up(self.runner, self.settings.warmup_requests, self.settings.warmup_levels)
         self.state.ready = True
         await self.health.set("", SERVING)
         await self.health.set(self.settings.name, SERVING)
         log.info(
-            "depthserve worker ready on %s:%d (model %s, %.1fs)",
+            "depthserve worker ready on %s:%d (model %s, max batch %d %s, %.1fs)",
             self.settings.host,
             self.port,
             self.settings.model,
+            self.settings.max_batch_size,
+            self.settings.batching,
             time.monotonic() - started,
         )
 
@@ -86,6 +110,7 @@ class Worker:
         if self.state.ready:
             await self._drain_notice()
         await self.server.stop(self.settings.drain_seconds)
+        self.batcher.close()
         state = self.state
         log.info(
             "worker on port %d stopped (served %d, failed %d, computed %d, refused before ready %d)",

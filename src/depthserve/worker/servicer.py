@@ -11,10 +11,11 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve import __version__
 from depthserve.protocol.depth_api import parse_request
-from depthserve.worker.device_queue import DeviceQueue
+from depthserve.worker.batcher import Batcher
 from depthserve.worker.encode import cheap_to_encode, encode_response
 from depthserve.worker.errors import ModelNotFound, NotReady, status_for
 from depthserve.worker.load import LoadReporter
+from depthserve.worker.memory_guard import MemoryGuard
 from depthserve.worker.runners.base import Runner
 
 MODEL_VERSION = "1"
@@ -34,6 +35,10 @@ class WorkerState:
     refused_not_ready: int = 0  # requests that arrived before the model was loaded and warm
     last_request_at: float = 0.0  # event-loop time of the newest ModelInfer, to tell when gateways stopped
 
+    def count_computed(self, items: int) -> None:
+        """Count the requests of a batch that reached the device."""
+        self.computed += items
+
 
 def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
     return [pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=d, shape=s) for n, d, s in specs]
@@ -43,11 +48,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Answers OIP calls for one model; every ModelInfer reply carries the worker's load report."""
 
     def __init__(
-        self, model_name: str, runner: Runner, queue: DeviceQueue, state: WorkerState, reporter: LoadReporter
+        self,
+        model_name: str,
+        runner: Runner,
+        batcher: Batcher,
+        state: WorkerState,
+        reporter: LoadReporter,
+        memory: MemoryGuard,
     ) -> None:
+        self._memory = memory
         self._name = model_name
         self._runner = runner
-        self._queue = queue
+        self._batcher = batcher
         self._state = state
         self._reporter = reporter
 
@@ -118,12 +130,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             prepared = self._runner.prepare(inputs)
         else:
             prepared = await asyncio.to_thread(self._runner.prepare, inputs)
-        async with self._queue.slot():
+        need = self._memory.estimate(prepared.height, prepared.width)
+        self._memory.reserve(need)
+        try:
             remaining = context.time_remaining()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError("deadline passed while queued; not computed")
-            self._state.computed += 1
-            outputs = await self._runner.compute(prepared)
+            deadline = None if remaining is None else self._batcher.clock() + remaining
+            outputs = await self._batcher.run(prepared, deadline)
+        finally:
+            self._memory.release(need)
         if cheap_to_encode(prepared):
             return encode_response(self._name, request.id, outputs, prepared)
         return await asyncio.to_thread(encode_response, self._name, request.id, outputs, prepared)

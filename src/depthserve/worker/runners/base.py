@@ -25,11 +25,14 @@ class Prepared:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+Outputs = dict[str, np.ndarray]
+
+
 class Runner(Protocol):
-    """A model behind the worker; blocking methods run in threads, `compute` holds the device."""
+    """A model behind the worker; blocking methods run in threads, `compute_batch` holds the device."""
 
     platform: str
-    max_batch: int
+    max_batch: int  # most items in one batch (the max_batch_size setting)
     cheap_prepare: bool  # True when prepare() only reads headers, so it runs on the loop, not in a thread
 
     def load(self) -> None:
@@ -38,8 +41,12 @@ class Runner(Protocol):
     def prepare(self, inputs: DepthInputs) -> Prepared:
         """Decode and validate a request (blocking, in a thread); raises CodecError or ValueError."""
 
-    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
-        """Run the model for one prepared request and return depth, mask and optional points."""
+    async def compute_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
+        """Run one batch (items share a BatchKey) and give each item's depth, mask and optional points.
+
+        An item may get an Exception of its own; raising fails the whole batch (the batcher then retries
+        its items one at a time so only a bad one fails).
+        """
 
     def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
         """Give the probe that reads the device this runner uses (called once, after load)."""

@@ -13,7 +13,7 @@ from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import AcceleratorProbe, AcceleratorSample, CachedProbe
 from depthserve.worker.decode import decode_inputs
 from depthserve.worker.device_queue import DeviceQueue
-from depthserve.worker.runners.base import Prepared
+from depthserve.worker.runners.base import Outputs, Prepared
 
 
 def service_time_s(settings: WorkerSettings, batch: int, rng: random.Random) -> float:
@@ -61,11 +61,11 @@ class SyntheticRunner:
     """Emulates a GPU worker for load tests: finite capacity, service times from the settings."""
 
     platform = "depthserve_synthetic"
-    max_batch = 1
     cheap_prepare = True
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
+        self.max_batch = settings.max_batch_size
         self._rng = random.Random(settings.seed)
 
     def load(self) -> None:
@@ -80,12 +80,12 @@ class SyntheticRunner:
             prepared.outputs["points"] = back_project(depth, prepared.intrinsics)
         return prepared
 
-    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
-        """Hold the device for one service time, then hand back the prepared outputs."""
-        delay = service_time_s(self._settings, 1, self._rng)
+    async def compute_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
+        """Hold the device for one batch's service time (base + per-item * n), then hand back the outputs."""
+        delay = service_time_s(self._settings, len(batch), self._rng)
         if delay > 0:
             await asyncio.sleep(delay)
-        return prepared.outputs
+        return [prepared.outputs for prepared in batch]
 
     def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
         """Emulate a GPU: a resident model plus activations per running item, warming with utilisation."""

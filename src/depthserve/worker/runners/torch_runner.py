@@ -6,29 +6,28 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import AcceleratorProbe, probe_for
 from depthserve.worker.decode import decode_inputs
 from depthserve.worker.device_queue import DeviceQueue
-from depthserve.worker.runners.base import Prepared
+from depthserve.worker.runners.base import Outputs, Prepared
 
 
 class TorchRunner:
     """Holds one model on one device; torch is imported only here, when this runner is built."""
 
     platform = "pytorch_libtorch"
-    max_batch = 1
     cheap_prepare = False
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
+        self.max_batch = settings.max_batch_size
         self._model: Any = None
         self._device = "cpu"
-        # One thread owns the device so forwards never interleave; torch parallelises inside it.
-        self._device_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device")
+        # One thread per batch allowed on the device at once (default one, so forwards never interleave);
+        # torch parallelises inside each forward.
+        self._device_threads = ThreadPoolExecutor(settings.max_concurrent_batches, thread_name_prefix="device")
 
     def load(self) -> None:
         """Import torch, pick the device and load weights from the preset or the checkpoint."""
@@ -51,25 +50,23 @@ class TorchRunner:
         """Decode image and depth to arrays (in a worker thread)."""
         return decode_inputs(inputs, self._settings.max_pixels)
 
-    async def compute(self, prepared: Prepared) -> dict[str, np.ndarray]:
-        """Run the forward pass in the device thread so the event loop keeps serving."""
+    async def compute_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
+        """Run the forward pass for the whole batch in a device thread so the event loop keeps serving."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._device_thread, self._predict, prepared)
+        return await loop.run_in_executor(self._device_threads, self._predict_batch, batch)
 
-    def _predict(self, prepared: Prepared) -> dict[str, np.ndarray]:
-        from depthserve.model.runner import predict
+    def _predict_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
+        from depthserve.model.runner import predict_batch
+        from depthserve.model.validation import PredictItem
 
-        inputs = prepared.inputs
-        assert prepared.image is not None
-        return predict(
-            self._model,
-            prepared.image,
-            depth=prepared.depth,
-            intrinsics=prepared.intrinsics,
-            resolution_level=inputs.resolution_level,
-            num_tokens=inputs.num_tokens,
-            apply_mask=inputs.apply_mask,
-        )
+        items = []
+        for prepared in batch:
+            assert prepared.image is not None
+            items.append(PredictItem(prepared.image, prepared.depth, prepared.intrinsics))
+        inputs = batch[0].inputs  # every item shares the options (they are part of the BatchKey)
+        results: list[Outputs | Exception] = []
+        results += predict_batch(self._model, items, inputs.resolution_level, inputs.num_tokens, inputs.apply_mask)
+        return results
 
     def probe(self, queue: DeviceQueue) -> AcceleratorProbe:
         """NVML on a GPU (when available), process figures on the CPU."""
