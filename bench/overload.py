@@ -73,7 +73,7 @@ def offer(url: str, body: Path, factor: float, duration: float) -> Level:
                 "--rps",
                 str(rate),
                 "-D",
-                str(duration),
+                str(round(duration)),
                 "-d",
                 str(body),
                 "-H",

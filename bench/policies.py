@@ -27,8 +27,17 @@ from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
 
 SPEEDS = (1.0, 1.0, 0.25, 0.25)
-DEFAULT_POLICIES = ("round_robin", "weighted_round_robin", "weighted_round_robin@auto", "random", "ip_hash",
-                    "least_connections", "least_latency", "p2c", "score")
+DEFAULT_POLICIES = (
+    "round_robin",
+    "weighted_round_robin",
+    "weighted_round_robin@auto",
+    "random",
+    "ip_hash",
+    "least_connections",
+    "least_latency",
+    "p2c",
+    "score",
+)
 LOADS = (0.5, 0.8, 0.95)
 
 
@@ -44,19 +53,24 @@ class Cell:
     idle_while_queued: float
 
 
-async def sample_idle_while_queued(url: str, stop: asyncio.Event, period_s: float = 0.1) -> float:
-    """Fraction of samples where some worker had nothing in flight while another had two requests waiting.
+async def sample_idle_while_queued(
+    url: str, service_s: dict[str, float], stop: asyncio.Event, period_s: float = 0.1
+) -> float:
+    """Fraction of samples where a worker sat idle while a request queued elsewhere would have been done sooner on it.
 
-    In flight >= 3 means one running and at least two queued; with a 4x speed gap a fast worker with one
-    waiting can still beat an idle slow one, so one queued request is not counted as waste.
+    A sample counts when worker i has nothing in flight and some worker j has a request whose wait there,
+    (in_flight_j - 1) x S_j, exceeds S_i, the idle worker's service time: work queued behind a busy worker
+    that the idle one would have finished first. Leaving a slow worker idle while a fast one has a short
+    queue is not waste, so raw queue lengths are not compared.
     """
     hits = total = 0
     async with httpx.AsyncClient(timeout=5) as client:
         while not stop.is_set():
             backends = (await client.get(f"{url}/v1/cluster")).json()["backends"]
-            in_flight = [b["in_flight"] for b in backends]
+            idle = [service_s[b["address"]] for b in backends if b["in_flight"] == 0]
+            waits = [(b["in_flight"] - 1) * service_s[b["address"]] for b in backends if b["in_flight"] >= 2]
             total += 1
-            hits += min(in_flight) == 0 and max(in_flight) >= 3
+            hits += bool(idle and waits and max(waits) > min(idle))
             await asyncio.sleep(period_s)
     return hits / total if total else 0.0
 
@@ -66,11 +80,20 @@ async def served_by(url: str) -> dict[str, int]:
         return {b["address"]: b["served"] for b in (await client.get(f"{url}/v1/cluster")).json()["backends"]}
 
 
-async def run_cell(url: str, policy: str, load: float, capacity: float, addresses: list[str],
-                   service_s: list[float], body: bytes, duration: float, seed: int) -> Cell:
+async def run_cell(
+    url: str,
+    policy: str,
+    load: float,
+    capacity: float,
+    addresses: list[str],
+    service_s: list[float],
+    body: bytes,
+    duration: float,
+    seed: int,
+) -> Cell:
     before = await served_by(url)
     stop = asyncio.Event()
-    sampler = asyncio.create_task(sample_idle_while_queued(url, stop))
+    sampler = asyncio.create_task(sample_idle_while_queued(url, dict(zip(addresses, service_s, strict=True)), stop))
     stats = await open_loop(f"{url}/v1/depth", body, rate=load * capacity, duration_s=duration, seed=seed)
     stop.set()
     idle = await sampler
@@ -96,24 +119,46 @@ def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str
 
 def render(cells: list[Cell], markdown: Path | None) -> None:
     table = Table(title="policies on 2 fast + 2 quarter-speed synthetic workers (lognormal, sigma 1)")
-    columns = ("policy", "load", "ok/s", "failed", "p50 ms", "p95 ms", "p99 ms", "share fast/slow",
-               "util min-max", "idle while queued")
+    columns = (
+        "policy",
+        "load",
+        "ok/s",
+        "failed",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "share fast/slow",
+        "util min-max",
+        "idle while queued",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for cell in cells:
         s = cell.stats
         fast = sum(cell.shares[:2])
-        row = [cell.policy, f"{cell.load:.0%}", f"{s.throughput:.1f}", str(s.failed), f"{s.percentile(50):.0f}",
-               f"{s.percentile(95):.0f}", f"{s.percentile(99):.0f}", f"{fast:.0%}/{1 - fast:.0%}",
-               f"{min(cell.utilisation):.0%}-{max(cell.utilisation):.0%}", f"{cell.idle_while_queued:.0%}"]
+        row = [
+            cell.policy,
+            f"{cell.load:.0%}",
+            f"{s.throughput:.1f}",
+            str(s.failed),
+            f"{s.percentile(50):.0f}",
+            f"{s.percentile(95):.0f}",
+            f"{s.percentile(99):.0f}",
+            f"{fast:.0%}/{1 - fast:.0%}",
+            f"{min(cell.utilisation):.0%}-{max(cell.utilisation):.0%}",
+            f"{cell.idle_while_queued:.0%}",
+        ]
         table.add_row(*row)
         lines.append("| " + " | ".join(row) + " |")
     Console(width=200).print(table)
     rr = {c.load: c.stats.percentile(99) for c in cells if c.policy == "round_robin"}
     if 0.8 in rr:
-        best = min((c for c in cells if c.load == 0.8 and c.policy != "round_robin"),
-                   key=lambda c: c.stats.percentile(99), default=None)
+        best = min(
+            (c for c in cells if c.load == 0.8 and c.policy != "round_robin"),
+            key=lambda c: c.stats.percentile(99),
+            default=None,
+        )
         if best is not None:
             ratio = best.stats.percentile(99) / rr[0.8]
             note = f"At 80% load the best policy ({best.policy}) has p99 {ratio:.2f}x round robin's."
@@ -142,9 +187,22 @@ def main() -> None:
         try:
             for index, speed in enumerate(SPEEDS):
                 proc, address = start_worker(
-                    logs, "--model", "synthetic", "--synthetic-ms", str(args.service_ms), "--speed", str(speed),
-                    "--synthetic-dist", "lognormal", "--synthetic-sigma", "1.0", "--seed", str(index),
-                    "--queue-limit", "256", name=f"worker{index}",
+                    logs,
+                    "--model",
+                    "synthetic",
+                    "--synthetic-ms",
+                    str(args.service_ms),
+                    "--speed",
+                    str(speed),
+                    "--synthetic-dist",
+                    "lognormal",
+                    "--synthetic-sigma",
+                    "1.0",
+                    "--seed",
+                    str(index),
+                    "--queue-limit",
+                    "256",
+                    name=f"worker{index}",
                 )
                 workers.append(proc)
                 addresses.append(address)
@@ -154,8 +212,19 @@ def main() -> None:
                 try:
                     for load in (float(x) for x in args.loads.split(",")):
                         print(f"{policy} at {load:.0%} of {capacity:.0f} req/s ...", file=sys.stderr, flush=True)
-                        cell = asyncio.run(run_cell(url, policy, load, capacity, addresses, service_s, body,
-                                                    args.duration, seed=int(load * 100)))
+                        cell = asyncio.run(
+                            run_cell(
+                                url,
+                                policy,
+                                load,
+                                capacity,
+                                addresses,
+                                service_s,
+                                body,
+                                args.duration,
+                                seed=int(load * 100),
+                            )
+                        )
                         cells.append(cell)
                         time.sleep(1.0)  # let queues drain between cells
                 finally:
