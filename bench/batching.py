@@ -6,7 +6,7 @@
     the ideal 16 / 52 ms, and latency at low load (one client at a time) against a max-batch-1 worker,
     the workers measured in turns in the same run; plus one moderate open-loop load.
 
-    python bench/batching.py [--seconds 6] [--out BENCHMARKS.batching.md]
+    python bench/batching.py [--seconds 6] [--out tables.md]   (its tables are copied into BENCHMARKS.md)
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def part_b(logs: Path, seconds: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per load level")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent.parent / "BENCHMARKS.batching.md")
+    parser.add_argument("--out", type=Path, help="also write the tables to this markdown file")
     parser.add_argument("--skip-tiny", action="store_true", help="only part (b)")
     args = parser.parse_args()
     import torch
@@ -305,8 +305,11 @@ def main() -> None:
     if a:
         text += ["## (a) tiny model on CPU, fixed batch sizes", "", *a, ""]
     text += ["## (b) synthetic GPU-like worker: 20 ms + 2 ms per item, max batch 16", "", *b, ""]
-    args.out.write_text("\n".join(text))
-    print(f"wrote {args.out} ({took:.0f} s)")
+    if args.out is None:
+        print("\n".join(text))
+    else:
+        args.out.write_text("\n".join(text))
+        print(f"wrote {args.out} ({took:.0f} s)")
 
 
 if __name__ == "__main__":
