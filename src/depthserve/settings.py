@@ -124,6 +124,7 @@ class GatewaySettings(BaseSettings):
     health_timeout_s: float = Field(1.0, gt=0, description="timeout of one health check")
     unhealthy_threshold: int = Field(2, ge=1, description="failed checks in a row that take a backend out")
     healthy_threshold: int = Field(2, ge=1, description="passed checks in a row that bring it back")
+    probe_timeout_s: float = Field(10.0, gt=0, description="timeout of the inference probe (a real forward)")
     probe_inference_every: int = Field(
         5, ge=0, description="every Nth check also runs a tiny real inference (0 = gRPC health only)"
     )

@@ -146,6 +146,7 @@ def test_every_output_format_decodes(cluster: dict[str, Any], rgb: np.ndarray, r
         (b"x" * (2 * 1024 * 1024), "image/png", "", 413, "body_too_large"),
         ("RGB", "image/png", "?resolution_level=12", 400, "invalid_request"),
         ("RGB", "image/png", "?resolution_level=abc", 400, "invalid_request"),
+        ("RGB", "image/png", "?resolution_level=%C2%B2", 400, "invalid_request"),
         ("RGB", "image/png", "?format=ply", 400, "invalid_request"),
         ("RGB", "image/png", "?format=gif", 406, "unsupported_format"),
         ("RGB", "image/png", "?model=nope", 404, "unknown_model"),
@@ -195,3 +196,14 @@ def test_cluster_view_counts_requests_and_shows_load(cluster: dict[str, Any], rg
     load = backend["load"]
     assert backend["load_stale"] is False and load["max_batch"] == 1
     assert load["capacity_rps"] > 0 and 0 < load["gpu_mem_used"] < load["gpu_mem_total"]  # CPU: RSS of physical
+
+
+def test_unsafe_request_id_is_replaced_not_forwarded(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    reply = httpx.post(
+        f"{cluster['url']}/v1/depth",
+        content=rgb_png,
+        timeout=60,
+        headers={"Content-Type": "image/png", "X-Request-Id": "bad\tid"},
+    )
+    assert reply.status_code == 200 and reply.headers["x-request-id"] != "bad\tid"
+    assert httpx.get(f"{cluster['url']}/v1/cluster").json()["backends"][0]["in_flight"] == 0

@@ -43,3 +43,17 @@ def test_operator_drain_wins() -> None:
     health = BackendHealth(drained=True)
     health.check_passed(0, 2)
     assert health.state(0) == DRAINING
+
+
+def test_a_health_answer_alone_does_not_outvote_a_failed_inference_or_end_an_ejection() -> None:
+    health = BackendHealth()
+    health.check_passed(0, 2)
+    health.eject(0, base_s=30, max_s=300)
+    assert not health.check_passed(1, 2, proven=False) and health.ejected(1)  # gRPC health only
+    health.check_failed(unhealthy_threshold=2)  # the inference probe failed
+    health.check_passed(2, 2, proven=False)
+    assert health.check_failures == 1  # still in doubt
+    health.check_failed(unhealthy_threshold=2)
+    assert health.state(3) == UNHEALTHY
+    health.check_passed(4, 2, proven=True)
+    assert health.check_passed(5, 2, proven=True) and not health.ejected(5)

@@ -31,3 +31,9 @@ async def test_a_waiting_retry_gets_the_next_free_slot_or_gives_up_at_its_deadli
     assert budget.refused == 1 and not budget._waiters
     budget.release()
     assert budget.active_retries == 0
+
+
+async def test_no_waiting_when_nothing_could_release_a_slot() -> None:
+    budget = RetryBudget(budget_percent=20, min_retry_concurrency=0)
+    budget.active_requests = 2  # 20% of 2 rounds down to 0 and no retry is running
+    assert not await budget.acquire(30.0) and budget.refused == 1

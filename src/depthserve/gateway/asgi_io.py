@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from starlette.types import Message, Receive, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from depthserve.gateway.errors import GatewayError
 
 DRAIN_LIMIT = 256 * 1024 * 1024  # read at most this much of a refused upload before answering over HTTP/2
+EARLY_DRAIN_LIMIT = 8 * 1024 * 1024  # for answers given before the body was wanted (401, 429, 503): less
+BODY_STARTED = "depthserve.body_started"  # scope key set once the body reader has taken over the stream
 INSPECT_AT = 64 * 1024  # an image header not readable within this many bytes is left to the worker
 
 
@@ -18,7 +20,12 @@ def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
 
 
-async def drain(receive: Receive, already: int) -> None:
+def body_started(scope: Scope) -> bool:
+    """Whether the body reader already consumed (or drained) this request's body."""
+    return bool(scope.get(BODY_STARTED))
+
+
+async def drain(receive: Receive, already: int, limit: int = DRAIN_LIMIT) -> None:
     """Read and drop the rest of a refused upload (up to DRAIN_LIMIT in all).
 
     Over HTTP/2, a reply sent while the client is still uploading reaches curl and httpx only as a
@@ -26,7 +33,7 @@ async def drain(receive: Receive, already: int) -> None:
     """
     size = already
     more = True
-    while more and size <= DRAIN_LIMIT:
+    while more and size <= limit:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
@@ -37,7 +44,9 @@ async def drain(receive: Receive, already: int) -> None:
 class BodyReader:
     """Reads a request body under a size limit, refusing early where the protocol lets the client see it."""
 
-    def __init__(self, receive: Receive, limit: int, http2: bool) -> None:
+    def __init__(self, receive: Receive, limit: int, http2: bool, scope: Scope | None = None) -> None:
+        if scope is not None:
+            scope[BODY_STARTED] = True
         self._receive = receive
         self.limit = limit
         self.http2 = http2
@@ -66,7 +75,7 @@ class BodyReader:
     async def read(self, declared: str | None, inspect: Callable[[bytes, bool], bool] | None = None) -> bytes:
         """Read the whole body; `inspect(head, final)` sees each longer head until it returns True (decided),
         and may raise to refuse the upload before the rest is read."""
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.limit:
             raise await self.refuse(self.too_large(declared))
         chunks: list[bytes] = []
         buffered = 0

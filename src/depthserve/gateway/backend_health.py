@@ -26,12 +26,19 @@ class BackendHealth:
     ready_since: float = float("-inf")  # when it last became eligible, for slow start
     not_serving_phase: str = WARMING  # what a NOT_SERVING answer means: warming (was out) or draining (was in)
 
-    def check_passed(self, now: float, healthy_threshold: int) -> bool:
-        """Record a passed active check; True when this makes the backend healthy again."""
+    def check_passed(self, now: float, healthy_threshold: int, proven: bool = True) -> bool:
+        """Record a passed active check; True when this makes the backend healthy again.
+
+        Only a `proven` pass (a real inference answered, not just gRPC health) clears failures in doubt
+        and ends a passive ejection, as Envoy's successful active check does.
+        """
         self.serving = True
+        if not proven and (self.check_failures or not self.healthy):
+            return False  # a health answer alone cannot outvote a failed inference
         self.check_failures = 0
         self.check_successes += 1
-        self.ejected_until = float("-inf")  # a passed active check ends a passive ejection (as Envoy does)
+        if proven:
+            self.ejected_until = float("-inf")
         if self.healthy or (self.ever_ready and self.check_successes < healthy_threshold):
             return False
         self.healthy = self.ever_ready = True

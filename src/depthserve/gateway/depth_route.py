@@ -17,7 +17,15 @@ from starlette.types import Receive, Scope, Send
 
 from depthserve.balancer.types import RequestInfo
 from depthserve.codec import CodecError, ImageTooLarge, format_from_accept, image_size, parse_intrinsics
-from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error
+from depthserve.gateway.asgi_io import (
+    EARLY_DRAIN_LIMIT,
+    BodyReader,
+    body_started,
+    drain,
+    header_map,
+    send_bytes,
+    send_error,
+)
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
@@ -74,7 +82,7 @@ def _resolution_level(query: Mapping[str, str]) -> int:
     raw = query.get("resolution_level")
     if raw is None:
         return DEFAULT_RESOLUTION_LEVEL
-    if not raw.isdigit() or not 0 <= int(raw) <= 9:
+    if not (raw.isascii() and raw.isdigit()) or not 0 <= int(raw) <= 9:
         raise GatewayError(400, "invalid_request", f"resolution_level must be an integer 0-9, got {raw!r}")
     return int(raw)
 
@@ -103,7 +111,7 @@ async def parse_depth_upload(
         )
     output_format = _output_format(headers, query)
     level = _resolution_level(query)
-    reader = BodyReader(receive, int(settings.max_body_mb * 1024 * 1024), scope.get("http_version") == "2")
+    reader = BodyReader(receive, int(settings.max_body_mb * 1024 * 1024), scope.get("http_version") == "2", scope)
     if content_type != "multipart/form-data":
         body = await reader.read(headers.get("content-length"), pixel_check(settings.max_pixels))
         if not body:
@@ -114,7 +122,7 @@ async def parse_depth_upload(
             )
         return DepthInputs(image=body, resolution_level=level, output_format=output_format)
     declared = headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > reader.limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > reader.limit:
         raise await reader.refuse(reader.too_large(declared))
     parts = await _form_parts(scope, reader, settings.max_parts)
     image = parts.get("image")
@@ -154,6 +162,13 @@ def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> fl
     return value
 
 
+def clean_request_id(given: str) -> str:
+    """Keep a client's request id only if it is safe as gRPC metadata (printable ASCII, <= 128), else make one."""
+    if given and len(given) <= 128 and given.isascii() and given.isprintable():
+        return given
+    return uuid.uuid4().hex
+
+
 class DepthEndpoint:
     """The ASGI app behind POST /v1/depth; errors become JSON with a reason code, never a traceback."""
 
@@ -164,7 +179,7 @@ class DepthEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
-        request_id = headers.get("x-request-id", "")[:128] or uuid.uuid4().hex
+        request_id = clean_request_id(headers.get("x-request-id", ""))
         try:
             if scope["method"] != "POST":
                 raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
@@ -176,7 +191,8 @@ class DepthEndpoint:
             deadline = self._edge.clock() + timeout_s
             async with self._edge.admission.admit(model, deadline, self._edge.priority(headers)):
                 try:
-                    async with asyncio.timeout(self._settings.upload_timeout_s):
+                    upload_s = min(self._settings.upload_timeout_s, max(0.0, deadline - self._edge.clock()))
+                    async with asyncio.timeout(upload_s):
                         inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
                 except TimeoutError:
                     raise GatewayError(
@@ -190,6 +206,8 @@ class DepthEndpoint:
                 reply, backend = await self._dispatcher.infer(request, info, left, request_id, timeout_s)
             data, media_type = read_encoded_result(reply)
         except GatewayError as error:
+            if scope.get("http_version") == "2" and not body_started(scope):
+                await drain(receive, 0, EARLY_DRAIN_LIMIT)  # so HTTP/2 clients see this answer, not a reset
             await send_error(send, error, request_id)
             return
         except Exception:  # noqa: BLE001 - the last line of defence: a clear 500, the process stays up

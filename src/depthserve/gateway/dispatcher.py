@@ -71,9 +71,11 @@ class Dispatcher:
         stats = backend.stats
         stats.started()
         started = time.perf_counter()
-        call = backend.stub.ModelInfer(request, timeout=timeout_s, metadata=(("x-request-id", request_id),))
+        call = None
         try:
+            call = backend.stub.ModelInfer(request, timeout=timeout_s, metadata=(("x-request-id", request_id),))
             response = await call
+            trailing = await call.trailing_metadata()
         except grpc.aio.AioRpcError as error:
             code = error.code()
             now = self.pool.clock()
@@ -88,12 +90,17 @@ class Dispatcher:
                 stats.abandoned()  # answered, but neither a result nor the backend's fault: no sample
             raise AttemptFailed(from_rpc_error(error, address), code in RETRIABLE or per_try_timeout) from None
         except asyncio.CancelledError:
-            call.cancel()
+            if call is not None:
+                call.cancel()  # a lost hedge or an expired request: stop the work on the backend too
             stats.abandoned()
             raise
+        except Exception as exc:  # noqa: BLE001 - gRPC usage errors (bad metadata, closed channel): no retry
+            stats.abandoned()
+            failure = GatewayError(502, "backend_error", f"backend {address}: {type(exc).__name__}: {exc}")
+            raise AttemptFailed(failure, False) from None
         latency_ms = (time.perf_counter() - started) * 1000.0
         now = self.pool.clock()
-        backend.record_load(from_metadata(await call.trailing_metadata()), now)
+        backend.record_load(from_metadata(trailing), now)
         stats.finished(True, latency_ms, now)
         self.latencies.add(latency_ms)
         return response
@@ -165,18 +172,20 @@ class Dispatcher:
                 if more and await self.budget.acquire(deadline - loop.time()):
                     launch(next_index)
                     next_index += 1
+                    hedge_delay = self._hedge_delay_s()  # a retry gets its own hedge moment
+                    hedge_at = None if hedge_delay is None else loop.time() + hedge_delay
             if loop.time() >= deadline:
                 raise deadline_error(requested_s or timeout_s)
             assert last is not None
             raise last.error
         finally:
+            self.budget.active_requests -= 1
             for task, (_, is_retry) in pending.items():
                 task.cancel()
                 if is_retry:
                     self.budget.release()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            self.budget.active_requests -= 1
 
 
 __all__ = ["Dispatcher", "GatewayError"]

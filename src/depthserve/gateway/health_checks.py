@@ -39,8 +39,23 @@ class HealthChecker:
         self._probe = probe_request(settings.model)
         self._rounds: dict[str, int] = {}
 
-    async def probe(self, backend: Backend) -> str:
-        """Run one check; return 'ok', 'not_serving' or a failure description."""
+    def _wants_inference(self, backend: Backend, now: float) -> bool:
+        """Every Nth round, and every round while anything is in doubt (a failed check, not ready, ejected)."""
+        every = self._settings.probe_inference_every
+        if not every:
+            return False
+        rounds = self._rounds.get(backend.address, 0)
+        self._rounds[backend.address] = rounds + 1
+        health = backend.health
+        return rounds % every == 0 or not health.healthy or health.check_failures > 0 or health.ejected(now)
+
+    def _busy(self, backend: Backend, now: float) -> bool:
+        load = backend.fresh_load(now, self._settings.max_report_age_s)
+        return load is not None and load.queue + load.running > 0
+
+    async def probe(self, backend: Backend, now: float) -> str:
+        """Run one check: 'proven' (health and a real inference passed), 'ok' (health only), 'inconclusive',
+        'not_serving', or a failure description."""
         timeout = self._settings.health_timeout_s
         try:
             reply = await backend.health_stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
@@ -48,34 +63,42 @@ class HealthChecker:
             return f"health check: {error.code().name}"
         if reply.status != SERVING:
             return "not_serving"
-        every = self._settings.probe_inference_every
-        rounds = self._rounds.get(backend.address, 0)
-        self._rounds[backend.address] = rounds + 1
-        if every and rounds % every == 0:
-            try:
-                await backend.stub.ModelInfer(self._probe, timeout=timeout)
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:  # busy is not sick
-                    return f"inference probe: {error.code().name} {error.details()}"
-        return "ok"
+        if not self._wants_inference(backend, now):
+            return "ok"
+        try:
+            await backend.stub.ModelInfer(self._probe, timeout=self._settings.probe_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            code = error.code()
+            if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND):
+                return "inconclusive"  # busy is not sick; another model's worker cannot run our probe
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self._busy(backend, now):
+                return "inconclusive"  # queued behind real traffic; passive detection judges that traffic
+            return f"inference probe: {code.name} {error.details()}"
+        return "proven"
 
     async def check(self, backend: Backend) -> None:
         """Probe once and flip the backend's health flags by the thresholds."""
-        result = await self.probe(backend)
         health = backend.health
+        result = await self.probe(backend, self._clock())
         now = self._clock()
-        if result == "ok":
-            if health.check_passed(now, self._settings.healthy_threshold):
+        if result in ("proven", "ok"):
+            # Only a real inference ends a passive ejection; a health answer alone does not.
+            proven = result == "proven" or not self._settings.probe_inference_every  # health is all we ask for
+            if health.check_passed(now, self._settings.healthy_threshold, proven=proven):
                 log.info("backend %s is ready", backend.address)
         elif result == "not_serving":
             if health.not_serving():
                 log.info("backend %s says NOT_SERVING (%s)", backend.address, health.state(now))
-        elif health.check_failed(self._settings.unhealthy_threshold):
+        elif result != "inconclusive" and health.check_failed(self._settings.unhealthy_threshold):
             log.warning("backend %s is unhealthy: %s", backend.address, result)
 
     async def run(self, backend: Backend) -> None:
         """Check one backend forever, with +-20% jitter so checks do not synchronise."""
         interval = self._settings.health_interval_s
         while True:
-            await self.check(backend)
+            try:
+                await self.check(backend)
+            except Exception:  # noqa: BLE001 - a checker that dies would freeze this backend's state
+                log.exception("health check of %s failed unexpectedly", backend.address)
+                backend.health.check_failed(self._settings.unhealthy_threshold)
             await asyncio.sleep(interval * random.uniform(0.8, 1.2))

@@ -38,9 +38,9 @@ class RetryBudget:
 
     async def acquire(self, timeout_s: float) -> bool:
         """Take a retry slot, waiting up to `timeout_s` for one; False if none came in time."""
-        if self.budget_percent <= 0 and self.min_retry_concurrency <= 0:
+        if self.allowed() == 0 and self.active_retries == 0:
             self.refused += 1
-            return False  # retries are switched off
+            return False  # nothing could ever release a slot: retries are off at this load
         if not self._waiters and self.active_retries < self.allowed():
             self.active_retries += 1
             self.retries += 1
