@@ -28,7 +28,11 @@ def test_no_backend_reachable_gives_503_with_reason(tmp_path: Path, rgb_png: byt
 
 def test_worker_killed_mid_request_gives_clear_error(tmp_path: Path, rgb_png: bytes) -> None:
     worker, address = start_worker(tmp_path, "--model", "synthetic", "--synthetic-ms", "5000")
-    gateway, url = start_gateway(tmp_path, [address])
+    try:
+        gateway, url = start_gateway(tmp_path, [address])
+    except BaseException:
+        worker.stop()
+        raise
     replies: list[httpx.Response] = []
 
     def send() -> None:

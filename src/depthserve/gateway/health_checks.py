@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.backend import Backend
 from depthserve.protocol.depth_api import DepthInputs, build_request
+from depthserve.protocol.load_report import from_metadata
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
@@ -66,7 +67,9 @@ class HealthChecker:
         if not self._wants_inference(backend, now):
             return "ok"
         try:
-            await backend.stub.ModelInfer(self._probe, timeout=self._settings.probe_timeout_s)
+            call = backend.stub.ModelInfer(self._probe, timeout=self._settings.probe_timeout_s)
+            await call
+            backend.record_load(from_metadata(await call.trailing_metadata()), self._clock())
         except grpc.aio.AioRpcError as error:
             code = error.code()
             if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND):

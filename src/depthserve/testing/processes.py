@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -82,7 +82,7 @@ def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str 
             args += [flag, default]
     proc = Proc(args, log_dir / f"{name}-{port}.log")
     address = f"127.0.0.1:{port}"
-    wait_until(lambda: grpc_serving(address), proc)
+    _ready_or_killed(proc, lambda: grpc_serving(address))
     return proc, address
 
 
@@ -94,10 +94,19 @@ def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_read
     )
     url = f"http://127.0.0.1:{port}"
     if wait_ready:
-        wait_until(lambda: http_ready(url), proc)
+        _ready_or_killed(proc, lambda: http_ready(url))
     else:
-        wait_until(lambda: http_status(url, "/healthz") == 200, proc)
+        _ready_or_killed(proc, lambda: http_status(url, "/healthz") == 200)
     return proc, url
+
+
+def _ready_or_killed(proc: Proc, check: Callable[[], bool]) -> None:
+    """Wait for readiness; a process that never gets there is killed, not leaked."""
+    try:
+        wait_until(check, proc)
+    except BaseException:
+        proc.kill()
+        raise
 
 
 @contextmanager
