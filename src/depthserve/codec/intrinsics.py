@@ -16,6 +16,18 @@ _HOW = 'send [[fx,0,cx],[0,fy,cy],[0,0,1]], 9 numbers, 4 numbers fx,fy,cx,cy, or
 _KEYS = ("fx", "fy", "cx", "cy")
 
 
+# cx and cy at most this (in absolute value) mean intrinsics in units of width/height, not pixels.
+NORMALIZED_PRINCIPAL_POINT_BOUND = 2.0
+
+
+def to_pixel_intrinsics(intrinsics: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Give pixel-unit intrinsics, scaling normalised ones by the image size (the model's own rule)."""
+    k = np.asarray(intrinsics, dtype=np.float64)
+    if np.abs(k[:2, 2]).max() <= NORMALIZED_PRINCIPAL_POINT_BOUND:
+        k = k * np.array([[width], [height], [1.0]])
+    return k
+
+
 def _from_text(text: str) -> Any:
     """Read JSON when the text looks like JSON, else a comma/whitespace-separated list of numbers."""
     text = text.strip()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from depthserve.codec.intrinsics import NORMALIZED_PRINCIPAL_POINT_BOUND
 from depthserve.model.errors import ModelInputError
 
 # Normalised intrinsics put the principal point near (0.5, 0.5); in pixels it sits near the
-# image centre, far beyond this bound for any image wider and taller than a few pixels.
-NORMALIZED_PRINCIPAL_POINT_BOUND = 2.0
+# image centre, far beyond NORMALIZED_PRINCIPAL_POINT_BOUND for any image wider and taller than a
+# few pixels. The bound lives with the codec so the torch-free synthetic model uses the same rule.
 
 
 def normalized_view_plane_uv(

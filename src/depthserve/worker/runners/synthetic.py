@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 
+from depthserve.codec.intrinsics import to_pixel_intrinsics
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import AcceleratorProbe, AcceleratorSample, CachedProbe
@@ -40,11 +41,10 @@ def plausible_depth(height: int, width: int) -> np.ndarray:
 
 
 def back_project(depth: np.ndarray, intrinsics: np.ndarray) -> np.ndarray:
-    """Back-project a depth map through pixel intrinsics into camera-frame points."""
+    """Back-project a depth map into camera-frame points, reading intrinsics as the real model does."""
     height, width = depth.shape
-    fx, fy, cx, cy = intrinsics[0, 0], intrinsics[1, 1], intrinsics[0, 2], intrinsics[1, 2]
-    if max(abs(fx), abs(fy), abs(cx), abs(cy)) < 10:  # normalised intrinsics
-        fx, cx, fy, cy = fx * width, cx * width, fy * height, cy * height
+    k = to_pixel_intrinsics(intrinsics, height, width)
+    fx, fy, cx, cy = k[0, 0], k[1, 1], k[0, 2], k[1, 2]
     u = np.arange(width, dtype=np.float32)[None, :]
     v = np.arange(height, dtype=np.float32)[:, None]
     return np.stack([(u - cx) * depth / fx, (v - cy) * depth / fy, depth], axis=-1).astype(np.float32)
