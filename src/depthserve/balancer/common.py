@@ -229,3 +229,16 @@ class HashTable:
                     return order
         order.extend(i for i in self.ids if i not in seen)
         return order
+
+
+class Rotation:
+    """A start index that moves on by one each pick, so backends tied on cost take turns."""
+
+    def __init__(self) -> None:
+        self._turn = 0
+
+    def start(self, count: int) -> int:
+        """Give this pick's starting index among `count` backends and advance."""
+        start = self._turn % count
+        self._turn = start + 1
+        return start

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, split_drained
+from depthserve.balancer.common import Options, Rotation, split_drained
 from depthserve.balancer.types import RequestInfo, Snapshot
 
 
@@ -20,7 +20,7 @@ class LeastConnections:
     name: ClassVar[str] = "least_connections"
 
     def __init__(self) -> None:
-        self._turn = 0
+        self._rotation = Rotation()
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> LeastConnections:
@@ -34,8 +34,7 @@ class LeastConnections:
         count = len(serving)
         if not count:
             return ()
-        start = self._turn % count
-        self._turn = start + 1
+        start = self._rotation.start(count)
         cost = [(max(b.in_flight, 0) + 1) / w for b, w in zip(serving, weights, strict=True)]
         order = sorted(range(count), key=lambda i: (cost[i], (i - start) % count))
         return (*(serving[i].id for i in order), *(b.id for b in drained))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, fill_median, latency_ms, split_drained
+from depthserve.balancer.common import Options, Rotation, fill_median, latency_ms, split_drained
 from depthserve.balancer.types import RequestInfo, Snapshot
 
 MAX_ERROR_RATE = 0.99  # keeps a failing backend's cost finite, so it still ranks as a last resort
@@ -26,7 +26,7 @@ class LeastLatency:
     def __init__(self, metric: str = "peak_ewma", error_penalty: float = 1.0) -> None:
         self._metric = metric
         self._error_penalty = error_penalty
-        self._turn = 0
+        self._rotation = Rotation()
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> LeastLatency:
@@ -43,8 +43,7 @@ class LeastLatency:
         count = len(serving)
         if not count:
             return ()
-        start = self._turn % count
-        self._turn = start + 1
+        start = self._rotation.start(count)
         latency = fill_median([latency_ms(b, self._metric) for b in serving])
         cost = []
         for backend, weight, ms in zip(serving, weights, latency, strict=True):

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from depthserve.balancer.common import (
     Options,
+    Rotation,
     exclude_overloaded,
     fill_median,
     fill_worst,
@@ -55,7 +56,7 @@ class Score:
         self._max_mem_fraction = max_mem_fraction
         self._hot_util = hot_util
         self._hot_penalty = hot_penalty * sum(self._weights)
-        self._turn = 0
+        self._rotation = Rotation()
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> Score:
@@ -111,8 +112,7 @@ class Score:
         count = len(serving)
         if not count:
             return ()
-        start = self._turn % count
-        self._turn = start + 1
+        start = self._rotation.start(count)
         total = self.scores(serving, weights)
         order = sorted(range(count), key=lambda i: (total[i], serving[i].load is None, (i - start) % count))
         return (*(serving[i].id for i in order), *(b.id for b in drained))
