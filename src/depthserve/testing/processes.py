@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status
@@ -107,16 +107,6 @@ def _ready_or_killed(proc: Proc, check: Callable[[], bool]) -> None:
     except BaseException:
         proc.kill()
         raise
-
-
-@contextmanager
-def running(*procs: Proc) -> Iterator[None]:
-    """Stop the given processes however the block ends."""
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 def descendants(pid: int) -> set[int]:
