@@ -37,6 +37,9 @@ DEFAULT_POLICIES = (
     "least_latency",
     "p2c",
     "score",
+    "round_robin+queue",
+    "least_latency+queue",
+    "p2c+queue",
 )
 LOADS = (0.5, 0.8, 0.95)
 
@@ -61,16 +64,18 @@ async def sample_idle_while_queued(
     A sample counts when worker i has nothing in flight and some worker j has a request whose wait there,
     (in_flight_j - 1) x S_j, exceeds S_i, the idle worker's service time: work queued behind a busy worker
     that the idle one would have finished first. Leaving a slow worker idle while a fast one has a short
-    queue is not waste, so raw queue lengths are not compared.
+    queue is not waste, so raw queue lengths are not compared. With a gateway queue (`+queue`), a sample
+    also counts when any worker is idle while a request waits in the gateway.
     """
     hits = total = 0
     async with httpx.AsyncClient(timeout=5) as client:
         while not stop.is_set():
-            backends = (await client.get(f"{url}/v1/cluster")).json()["backends"]
+            view = (await client.get(f"{url}/v1/cluster")).json()
+            backends = view["backends"]
             idle = [service_s[b["address"]] for b in backends if b["in_flight"] == 0]
             waits = [(b["in_flight"] - 1) * service_s[b["address"]] for b in backends if b["in_flight"] >= 2]
             total += 1
-            hits += bool(idle and waits and max(waits) > min(idle))
+            hits += bool(idle and ((waits and max(waits) > min(idle)) or view.get("waiting_for_backend", 0)))
             await asyncio.sleep(period_s)
     return hits / total if total else 0.0
 
@@ -108,8 +113,13 @@ async def run_cell(
 def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str]]:
     """Backends and flags for a policy; weighted round robin gets the known 4:4:1:1 speeds as weights.
 
-    A name ending in `@auto` runs the policy with weights measured from the workers' load reports.
+    A name ending in `@auto` runs the policy with weights measured from the workers' load reports; one
+    ending in `+queueN` caps each worker at N requests in flight (`+queue`: 1), the rest waiting in the gateway.
     """
+    if "+queue" in policy:
+        name, cap = policy.split("+queue")
+        backends, flags = gateway_args(name, addresses)
+        return backends, [*flags, "--max-outstanding-per-backend", cap or "1"]
     if policy.endswith("@auto"):
         return addresses, ["--policy", policy.removesuffix("@auto"), "--auto-weights"]
     if policy == "weighted_round_robin":

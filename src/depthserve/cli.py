@@ -76,6 +76,9 @@ def gateway(
     health_interval_s: Annotated[float | None, typer.Option(help="health-check interval, s [1]")] = None,
     max_in_flight: Annotated[int | None, typer.Option(help="requests forwarded at once [256]")] = None,
     max_queue: Annotated[int | None, typer.Option(help="requests waiting for admission [512]")] = None,
+    max_outstanding_per_backend: Annotated[
+        int | None, typer.Option(help="requests at one backend at once; more wait in the gateway [0 = no cap]")
+    ] = None,
     rate_limit: Annotated[str | None, typer.Option(help="per key/address, e.g. '50/s burst 100'")] = None,
     api_keys_file: Annotated[Path | None, typer.Option(help="NAME:SHA256 or NAME:plain:KEY lines")] = None,
     upload_timeout_s: Annotated[float | None, typer.Option(help="longest body upload, s [30]")] = None,

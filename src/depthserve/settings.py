@@ -136,6 +136,9 @@ class GatewaySettings(BaseSettings):
         50.0, ge=0, le=100, description="below this share of non-ejected backends, ejections are ignored"
     )
     slow_start_s: float = Field(5.0, ge=0, description="traffic ramp for a newly ready backend (weight-aware)")
+    max_outstanding_per_backend: int = Field(
+        0, ge=0, description="requests at one backend at once; more wait in the gateway for a free one (0 = no cap)"
+    )
     max_attempts: int = Field(3, ge=1, description="tries of one request, on different backends")
     per_try_timeout_s: float = Field(10.0, gt=0, description="deadline of one attempt (within the request's)")
     retry_budget_percent: float = Field(20.0, ge=0, le=100, description="retries allowed as a share of active")

@@ -135,3 +135,43 @@ async def test_hedge_takes_the_faster_reply_and_cancels_the_other(workers: Any, 
         assert slow_stats.in_flight == 0 and slow_stats.errors == 0  # cancelled, not failed
     finally:
         await dispatcher.pool.close()
+
+
+async def test_outstanding_cap_keeps_surplus_waiting_in_the_gateway(workers: Any, rgb_png: bytes) -> None:
+    addresses = [await workers(synthetic_ms=80.0), await workers(synthetic_ms=80.0)]
+    dispatcher = await dispatcher_for(addresses, max_outstanding_per_backend=1)
+    stats = [dispatcher.pool.backends[a].stats for a in addresses]
+    most = [0, 0]
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            most[:] = [max(m, s.in_flight) for m, s in zip(most, stats, strict=True)]
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        results = await asyncio.gather(*(dispatcher.infer(request(rgb_png), INFO, 10.0, f"r{i}") for i in range(6)))
+        stop.set()
+        await watcher
+        used = [backend for _, backend in results]
+        assert most == [1, 1]  # never a second request queued inside a worker
+        assert sorted(used.count(a) for a in addresses) == [3, 3]  # each took the next waiting request
+        assert dispatcher.pool.slots.waited == 4 and dispatcher.pool.slots.waiting == 0
+        assert [s.in_flight for s in stats] == [0, 0]
+    finally:
+        await dispatcher.pool.close()
+
+
+async def test_waiting_for_a_slot_ends_at_the_deadline(workers: Any, rgb_png: bytes) -> None:
+    slow = await workers(synthetic_ms=1500.0)
+    dispatcher = await dispatcher_for([slow], max_outstanding_per_backend=1)
+    try:
+        first = asyncio.ensure_future(dispatcher.infer(request(rgb_png), INFO, 10.0, "r1"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(GatewayError) as failure:
+            await dispatcher.infer(request(rgb_png), INFO, 0.3, "r2")
+        assert failure.value.status == 504 and dispatcher.pool.slots.waiting == 0
+        await first  # the one holding the slot is untouched
+    finally:
+        await dispatcher.pool.close()

@@ -64,6 +64,7 @@ async def cluster(request: Request) -> Response:
             "retries": dispatcher.budget.retries,
             "retries_refused": dispatcher.budget.refused,
             "hedges": dispatcher.hedges,
+            "waiting_for_backend": state.pool.slots.waiting,
             "backends": state.pool.describe(),
         }
     )

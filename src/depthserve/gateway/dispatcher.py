@@ -4,7 +4,8 @@ One loop schedules attempts: the first on the policy's choice; another on the ne
 an attempt fails before a result (connection refused, UNAVAILABLE, RESOURCE_EXHAUSTED, a per-try
 timeout on a hung backend), or, with hedging, when the first is slower than the pool's p95. Every
 attempt after the first needs a slot from the retry budget. The first good reply wins; the
-others are cancelled.
+others are cancelled. With `max_outstanding_per_backend`, a request finding every backend at its
+cap waits in the gateway, oldest first, for the first backend to free a slot.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.balancer.types import Policy, RequestInfo
+from depthserve.balancer.types import Policy, RequestInfo, Snapshot
+from depthserve.gateway.backend import Backend
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
 from depthserve.gateway.latency_window import LatencyWindow
 from depthserve.gateway.pool import BackendPool
@@ -26,6 +28,7 @@ from depthserve.protocol.load_report import from_metadata
 from depthserve.settings import GatewaySettings
 
 RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED}
+SLOT_RECHECK_S = 0.25  # a request waiting for a backend slot looks again at least this often
 NOT_BACKEND_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
@@ -65,11 +68,17 @@ class Dispatcher:
         return self.policies.get(model, self.default_policy)
 
     async def _attempt(
-        self, address: str, request: pb.ModelInferRequest, timeout_s: float, overall_left: float, request_id: str
+        self,
+        backend: Backend,
+        request: pb.ModelInferRequest,
+        timeout_s: float,
+        overall_left: float,
+        request_id: str,
+        began: list[bool],
     ) -> pb.ModelInferResponse:
-        backend = self.pool.backends[address]
+        began[0] = True  # from here on this coroutine settles the in-flight count itself
+        address = backend.address
         stats = backend.stats
-        stats.started()
         started = time.perf_counter()
         call = None
         try:
@@ -88,22 +97,54 @@ class Dispatcher:
                 self.pool.record_failure(backend)
             else:
                 stats.abandoned()  # answered, but neither a result nor the backend's fault: no sample
+            self.pool.slots.release()
             raise AttemptFailed(from_rpc_error(error, address), code in RETRIABLE or per_try_timeout) from None
         except asyncio.CancelledError:
             if call is not None:
                 call.cancel()  # a lost hedge or an expired request: stop the work on the backend too
             stats.abandoned()
+            self.pool.slots.release()
             raise
         except Exception as exc:  # noqa: BLE001 - gRPC usage errors (bad metadata, closed channel): no retry
             stats.abandoned()
+            self.pool.slots.release()
             failure = GatewayError(502, "backend_error", f"backend {address}: {type(exc).__name__}: {exc}")
             raise AttemptFailed(failure, False) from None
         latency_ms = (time.perf_counter() - started) * 1000.0
         now = self.pool.clock()
         backend.record_load(from_metadata(trailing), now)
         stats.finished(True, latency_ms, now)
+        self.pool.slots.release()
         self.latencies.add(latency_ms)
         return response
+
+    def _never_ran(self, backend: Backend) -> None:
+        """Undo the in-flight count of an attempt cancelled before it started."""
+        backend.stats.abandoned()
+        self.pool.slots.release()
+
+    async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
+        """The policy's ordered picks among backends under their outstanding cap, waiting for a slot if none is."""
+        cap = self.settings.max_outstanding_per_backend
+        loop = asyncio.get_running_loop()
+        returning = False
+        while True:
+            snapshot = self.pool.snapshot()
+            if cap and snapshot.backends:
+                free = tuple(view for view in snapshot.backends if view.in_flight < cap)
+                if not free or (not returning and self.pool.slots.has_waiters()):
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise deadline_error(timeout_s)
+                    # Re-check now and then even unwoken: a backend may come back or be added meanwhile.
+                    await self.pool.slots.wait(min(left, SLOT_RECHECK_S), returning)
+                    returning = True
+                    continue
+                snapshot = Snapshot(free, snapshot.now)
+            candidates = list(self.policy_for(info.model).pick(snapshot, info))[: self.settings.max_attempts]
+            if not candidates:
+                raise no_backend(info.model)
+            return candidates
 
     def _hedge_delay_s(self) -> float | None:
         if not self.settings.hedge:
@@ -122,9 +163,7 @@ class Dispatcher:
         """Get one reply within `timeout_s` from some backend; `requested_s` is the client's whole deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        candidates = list(self.policy_for(info.model).pick(self.pool.snapshot(), info))[: self.settings.max_attempts]
-        if not candidates:
-            raise no_backend(info.model)
+        candidates = await self._candidates(info, deadline, requested_s or timeout_s)
         self.budget.active_requests += 1
         pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}
         last: AttemptFailed | None = None
@@ -133,7 +172,11 @@ class Dispatcher:
             is_retry = index > 0
             left = deadline - loop.time()
             per_try = min(left, self.settings.per_try_timeout_s)
-            task = asyncio.ensure_future(self._attempt(candidates[index], request, per_try, left, request_id))
+            backend = self.pool.backends[candidates[index]]
+            backend.stats.started()  # counted now, so requests choosing in the same instant see it
+            began = [False]
+            task = asyncio.ensure_future(self._attempt(backend, request, per_try, left, request_id, began))
+            task.add_done_callback(lambda _: None if began[0] else self._never_ran(backend))
             pending[task] = (candidates[index], is_retry)
 
         try:

@@ -17,6 +17,7 @@ import grpc
 
 from depthserve.balancer.types import BackendView, Snapshot
 from depthserve.gateway.backend import Backend
+from depthserve.gateway.backend_slots import SlotQueue
 from depthserve.gateway.backend_spec import parse_backend
 from depthserve.gateway.backend_stats import BackendStats
 from depthserve.gateway.health_checks import HealthChecker
@@ -55,6 +56,7 @@ class BackendPool:
             settings.max_ejection_s,
             settings.max_ejection_percent,
         )
+        self.slots = SlotQueue()  # requests waiting for a backend under max_outstanding_per_backend
         self._tasks: list[asyncio.Task[None]] = []
 
     def weights(self, now: float) -> dict[str, float]:
