@@ -167,3 +167,11 @@ def test_image_size_reads_header_only(to_bytes: Enc, bomb_png: Callable[[int, in
         image_size(b"nope")
     with pytest.raises(UndecodableImage, match="empty"):
         image_size(b"")
+
+
+def test_png_size_read_without_pillow_agrees_with_pillow(to_bytes: Enc) -> None:
+    for height, width in ((1, 1), (48, 64), (480, 640)):
+        png = to_bytes(np.zeros((height, width, 3), dtype=np.uint8), "PNG")
+        assert image_size(png) == (width, height)
+    with pytest.raises(CodecError):
+        image_size(to_bytes(np.zeros((4, 4, 3), dtype=np.uint8), "PNG")[:20])  # header cut short: Pillow decides

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from PIL import Image
 
@@ -9,6 +11,7 @@ from depthserve.codec.errors import UnsupportedImageMode
 from depthserve.codec.limits import DEFAULT_MAX_PIXELS
 from depthserve.codec.pillow_io import RGB_FORMATS, load_pixels, open_lazy
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Modes that are colour or grey pictures with 8 bits per channel; Pillow converts each to RGB.
 _CONVERTIBLE = frozenset(
     {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"}
@@ -19,6 +22,9 @@ _DEPTH_LIKE = frozenset({"I", "F", "I;16", "I;16L", "I;16B", "I;16N"})
 
 def image_size(data: bytes) -> tuple[int, int]:
     """Return (width, height) from the header alone, so the gateway can check sizes without decoding."""
+    if data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and len(data) >= 24:
+        width, height = struct.unpack(">II", data[16:24])  # PNG's first chunk: read without Pillow (hot path)
+        return width, height
     im = open_lazy(data, RGB_FORMATS, None, "image")
     return im.width, im.height
 
