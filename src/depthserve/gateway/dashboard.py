@@ -1,0 +1,52 @@
+"""The gateway's observability routes: /metrics for Prometheus, /dashboard for people, and its history feed."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from depthserve.gateway.control_routes import guarded
+from depthserve.gateway.metrics import GatewayMetrics
+
+
+@cache
+def dashboard_html() -> str:
+    """The single self-contained page (inline script and styles, no CDN), read once from package data."""
+    return files("depthserve.gateway").joinpath("static/dashboard.html").read_text(encoding="utf-8")
+
+
+async def metrics(request: Request) -> Response:
+    """Every gateway metric in the Prometheus text format."""
+    registry: GatewayMetrics = request.app.state.metrics
+    if registry.jobs_source is None:  # the async job API, once wired, keeps its store on app.state
+        store = getattr(request.app.state, "job_store", None) or getattr(request.app.state, "jobs", None)
+        queued = getattr(store, "queued", None) or getattr(getattr(store, "store", None), "queued", None)
+        if callable(queued):
+            registry.jobs_source = queued
+    return Response(await registry.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def history(request: Request) -> Response:
+    """QPS, errors and p50/p95/p99 of inference requests over the last minutes, for the dashboard's charts."""
+    raw = request.query_params.get("window_s", "5")
+    window = int(raw) if raw.isdigit() and 1 <= int(raw) <= 60 else 5
+    return JSONResponse(request.app.state.metrics.history.series(window))
+
+
+async def dashboard(request: Request) -> Response:
+    """The live cluster page: backends with state and load, charts of QPS and p99."""
+    return HTMLResponse(dashboard_html(), headers={"cache-control": "no-cache"})
+
+
+def observability_routes() -> list[Route]:
+    """Routes to add to the gateway app; behind the API key exactly when the health routes are."""
+    return [
+        Route("/metrics", guarded(metrics, always=False)),
+        Route("/v1/cluster/history", guarded(history, always=False)),
+        Route("/dashboard", guarded(dashboard, always=False)),
+    ]
