@@ -1,0 +1,1 @@
+"""Where backends come from: a static list, a YAML file, a Redis registry, DNS; combinable behind one interface."""

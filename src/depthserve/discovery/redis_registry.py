@@ -1,0 +1,118 @@
+"""A Redis registry: each worker keeps a key `depthserve:registry:CLUSTER:ID` alive; gateways list the keys.
+
+A worker's entry is JSON `{id, address, model, version, weight, hardware}` set with a TTL that its
+heartbeat renews; it deletes the key when it drains, and a worker that dies just stops renewing,
+so its key expires. Gateways scan the keys every poll (simple, and any number of gateways can
+watch one registry without coordination).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+from depthserve.discovery.errors import DiscoveryError, foreign_errors
+from depthserve.discovery.source import Backends, PollingSource, log
+from depthserve.gateway.backend_spec import BackendSpec, spec_from_record
+
+KEY_PREFIX = "depthserve:registry:"
+DEFAULT_CLUSTER = "default"
+TIMEOUT_S = 2.0  # a registry that does not answer within this is treated as unreachable
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """Split `redis://HOST:PORT[/DB][?cluster=NAME]` into the client URL and the cluster name."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ValueError(f"registry URL {url!r} is not redis://HOST[:PORT][/DB]")
+    query = dict(parse_qsl(parts.query))
+    cluster = query.pop("cluster", DEFAULT_CLUSTER)
+    if not cluster or any(c in cluster for c in "*?[]: "):
+        raise ValueError(f"registry URL {url!r}: cluster name {cluster!r} must be plain text")
+    return urlunsplit(parts._replace(query=urlencode(query))), cluster
+
+
+class RedisRegistry:
+    """Reads and writes registry entries; every Redis error leaves here as DiscoveryError."""
+
+    def __init__(self, url: str, timeout_s: float = TIMEOUT_S) -> None:
+        client_url, self.cluster = split_url(url)
+        self.url = url
+        self.host = urlsplit(client_url).hostname or ""
+        self.port = urlsplit(client_url).port or 6379
+        self._client = aioredis.from_url(
+            client_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
+        )
+
+    def key(self, worker_id: str) -> str:
+        """The key of one worker's entry."""
+        return f"{KEY_PREFIX}{self.cluster}:{worker_id}"
+
+    async def register(self, entry: Mapping[str, Any], ttl_s: float) -> None:
+        """Write (or renew) an entry that expires after `ttl_s` unless written again."""
+        with foreign_errors(f"registry {self.url}"):
+            await self._client.set(self.key(str(entry["id"])), json.dumps(dict(entry)), px=max(1, int(ttl_s * 1000)))
+
+    async def deregister(self, worker_id: str) -> None:
+        """Delete an entry at once (a draining worker)."""
+        with foreign_errors(f"registry {self.url}"):
+            await self._client.delete(self.key(worker_id))
+
+    async def entries(self) -> list[dict[str, Any]]:
+        """List the live entries; malformed ones are skipped with a log line."""
+        with foreign_errors(f"registry {self.url}"):
+            keys = [key async for key in self._client.scan_iter(match=f"{KEY_PREFIX}{self.cluster}:*", count=500)]
+            values = await self._client.mget(keys) if keys else []
+        found = []
+        for key, value in zip(keys, values, strict=True):
+            if value is None:
+                continue  # expired between the scan and the read
+            try:
+                entry = json.loads(value)
+            except json.JSONDecodeError:
+                log.warning("registry entry %s is not JSON; ignored", key)
+                continue
+            if isinstance(entry, dict):
+                found.append(entry)
+        return found
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        with foreign_errors(f"registry {self.url}"):
+            await self._client.aclose()
+
+
+class RedisSource(PollingSource):
+    """Backends registered in Redis, listed every poll."""
+
+    name: ClassVar[str] = "redis"
+
+    def __init__(self, url: str, poll_s: float = 1.0, default_auto: bool = False) -> None:
+        super().__init__(poll_s)
+        self.registry = RedisRegistry(url)
+        self.default_auto = default_auto
+        self._bad: set[str] = set()
+
+    async def read(self) -> Backends:
+        """Give the registered backends (an entry with a bad field is skipped, once logged)."""
+        specs: dict[str, BackendSpec] = {}
+        for entry in await self.registry.entries():
+            try:
+                spec = spec_from_record(entry, self.name, self.default_auto)
+            except ValueError as exc:
+                if str(exc) not in self._bad:
+                    self._bad.add(str(exc))
+                    log.warning("registry entry ignored: %s", exc)
+                continue
+            specs.setdefault(spec.address, spec)  # one address registered twice (a restart): keep one
+        return frozenset(specs.values())
+
+    async def close(self) -> None:
+        """Close the registry connection, ignoring a registry already gone."""
+        with contextlib.suppress(DiscoveryError):
+            await self.registry.close()

@@ -1,0 +1,54 @@
+"""Combining sources: the union by address, earlier sources winning, re-published when any changes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from depthserve.discovery.combine import CombinedSource, merge
+from depthserve.discovery.file_source import FileSource
+from depthserve.discovery.static import StaticSource
+from depthserve.discovery.urls import check_url, make_source
+from depthserve.gateway.backend_spec import BackendSpec
+
+
+def test_merge_prefers_earlier_sources() -> None:
+    static = frozenset({BackendSpec("a:1", 3.0)})
+    found = frozenset({BackendSpec("a:1", 1.0, model="m", source="redis"), BackendSpec("b:2", source="redis")})
+    assert merge([static, None, found]) == {BackendSpec("a:1", 3.0), BackendSpec("b:2", source="redis")}
+
+
+async def test_static_and_file_combined(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("- b:2\n")
+    combined = CombinedSource([StaticSource(["a:1"]), FileSource(path, poll_s=0.02)])
+    updates = combined.updates()
+    try:
+        seen = {s.address for s in await anext(updates)}
+        if seen == {"a:1"}:  # the static set may arrive alone first
+            seen = {s.address for s in await anext(updates)}
+        assert seen == {"a:1", "b:2"}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("- c:3\n")
+        os.replace(tmp, path)
+        assert {s.address for s in await anext(updates)} == {"a:1", "c:3"}
+    finally:
+        await updates.aclose()
+
+
+def test_urls_are_checked_and_built(tmp_path: Path) -> None:
+    assert isinstance(make_source(f"file://{tmp_path}/x.yaml"), FileSource)
+    for url in ("redis://127.0.0.1:6379/0?cluster=c1", "dns://workers.local:50051", "dns://127.0.0.1:53/_g._tcp.w"):
+        assert check_url(url) == url
+    for url, message in (
+        ("http://x", "scheme must be one of"),
+        ("file://host/x.yaml", "file:///ABSOLUTE"),
+        ("dns://workers.local", "needs a port"),
+        ("redis://h:1?cluster=a*b", "plain text"),
+    ):
+        try:
+            check_url(url)
+        except ValueError as exc:
+            assert message in str(exc)
+        else:
+            raise AssertionError(f"{url} accepted")
