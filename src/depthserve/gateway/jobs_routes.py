@@ -1,0 +1,152 @@
+"""The async job API: POST /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/result, DELETE /v1/jobs/{id}.
+
+A job takes the same inputs as POST /v1/depth (parsed by the same function) and answers 202 at once;
+the output format is chosen at submission (Accept or ?format=), as for /v1/depth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from depthserve.gateway.asgi_io import header_map, send_bytes, send_failure
+from depthserve.gateway.depth_route import parse_depth_upload
+from depthserve.gateway.edge import Edge
+from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.forwarding import clean_request_id
+from depthserve.jobs.errors import BrokerUnavailable, JobConflict, JobError, JobNotFound
+from depthserve.jobs.payloads import encode_payload
+from depthserve.jobs.service import JobService
+from depthserve.settings import GatewaySettings
+
+log = logging.getLogger("depthserve.gateway")
+MAX_KEY_LENGTH = 200
+
+
+def job_error(exc: JobError) -> GatewayError:
+    """The HTTP answer for a job error: 404 unknown/expired, 409 wrong state, 503 broker or store down."""
+    if isinstance(exc, JobNotFound):
+        return GatewayError(404, "job_not_found", str(exc))
+    if isinstance(exc, JobConflict):
+        return GatewayError(409, f"job_{exc.state}", str(exc))
+    return GatewayError(503, "broker_unavailable", f"job broker unavailable: {exc}", retry_after=1.0)
+
+
+def idempotency_key(raw: str | None) -> str | None:
+    """The client's Idempotency-Key, if it is printable ASCII of sane length (else 400)."""
+    if raw is None:
+        return None
+    if not raw or len(raw) > MAX_KEY_LENGTH or not raw.isascii() or not raw.isprintable():
+        raise GatewayError(
+            400, "invalid_request", f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable ASCII characters"
+        )
+    return raw
+
+
+class SubmitJob:
+    """The bare ASGI app behind POST /v1/jobs: check, read the upload, store and publish, answer 202."""
+
+    def __init__(self, settings: GatewaySettings, jobs: JobService, edge: Edge) -> None:
+        self._settings = settings
+        self._jobs = jobs
+        self._edge = edge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = header_map(scope["headers"])
+        request_id = clean_request_id(headers.get("x-request-id", ""))
+        try:
+            if scope["method"] != "POST":
+                raise GatewayError(405, "method_not_allowed", "use POST /v1/jobs to submit, GET /v1/jobs/{id} to look")
+            client = scope.get("client")
+            self._edge.caller(headers, client[0] if client else None)
+            query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+            model = query.get("model") or self._settings.model
+            key = idempotency_key(headers.get("idempotency-key"))
+            try:
+                async with asyncio.timeout(self._settings.upload_timeout_s):
+                    inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
+            except TimeoutError:
+                raise GatewayError(
+                    408, "upload_timeout", f"request body not received within {self._settings.upload_timeout_s:g}s"
+                ) from None
+            try:
+                job, created = await self._jobs.submit(model, lambda job_id: encode_payload(model, inputs, job_id), key)
+            except JobError as exc:
+                raise job_error(exc) from None
+        except GatewayError as error:
+            await send_failure(scope, receive, send, error, request_id)
+            return
+        except Exception:  # noqa: BLE001 - the last line of defence: a clear 500, the process stays up
+            log.exception("job submission %s failed", request_id)
+            internal = GatewayError(500, "internal", "internal gateway error")
+            await send_failure(scope, receive, send, internal, request_id)
+            return
+        status_url = f"/v1/jobs/{job.id}"
+        body = JSONResponse({"id": job.id, "status_url": status_url, "state": job.state.value}).body
+        extra = {"location": status_url, "x-request-id": request_id}
+        if not created:
+            extra["idempotent-replayed"] = "true"
+        await send_bytes(send, 202 if created else 200, bytes(body), "application/json", extra)
+
+
+def _accepts(accept: str | None, content_type: str) -> bool:
+    """Whether an Accept header admits the stored result's media type."""
+    if accept is None or not accept.strip():
+        return True
+    major = content_type.split("/")[0]
+    for item in accept.split(","):
+        media = item.split(";")[0].strip().lower()
+        if media in ("*/*", f"{major}/*", content_type.lower()):
+            return True
+    return False
+
+
+def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[Route]:
+    """The routes of the job API, each behind the API key and rate limit like /v1/depth."""
+
+    def checked(request: Request) -> str:
+        edge.caller({k.lower(): v for k, v in request.headers.items()}, request.client.host if request.client else None)
+        return request.path_params["job_id"]
+
+    async def status(request: Request) -> Response:
+        """Describe a job: state, attempts, timestamps, error."""
+        try:
+            job_id = checked(request)
+            if request.method == "DELETE":
+                job = await jobs.store.cancel(job_id)
+            else:
+                job = await jobs.store.get(job_id)
+        except GatewayError as error:
+            return error.response()
+        except JobError as exc:
+            return job_error(exc).response()
+        return JSONResponse(job.public(f"/v1/jobs/{job.id}"))
+
+    async def result(request: Request) -> Response:
+        """Pass back a succeeded job's result file, in the format chosen at submission."""
+        try:
+            job_id = checked(request)
+            data, content_type = await jobs.store.result(job_id)
+        except GatewayError as error:
+            return error.response()
+        except JobError as exc:
+            return job_error(exc).response()
+        if not _accepts(request.headers.get("accept"), content_type):
+            message = f"this job's result is {content_type}; choose the format when submitting (Accept or ?format=)"
+            return GatewayError(406, "unsupported_format", message).response()
+        return Response(data, 200, media_type=content_type)
+
+    return [
+        Route("/v1/jobs", SubmitJob(settings, jobs, edge)),
+        Route("/v1/jobs/{job_id}", status, methods=["GET", "DELETE"]),
+        Route("/v1/jobs/{job_id}/result", result, methods=["GET"]),
+    ]
+
+
+__all__ = ["BrokerUnavailable", "SubmitJob", "job_routes"]

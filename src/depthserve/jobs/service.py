@@ -1,0 +1,110 @@
+"""The gateway's side of jobs: accept (store, then publish), look up, cancel, and report queue stats."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from depthserve.jobs.broker import Broker, broker_kind, open_broker
+from depthserve.jobs.consumer import Executor, JobConsumer
+from depthserve.jobs.errors import BrokerUnavailable
+from depthserve.jobs.model import Job, new_job_id
+from depthserve.jobs.store import JobStore, MemoryJobStore
+
+log = logging.getLogger("depthserve.jobs")
+DEFAULT_JOB_STORE = "redis://127.0.0.1:6379/0"
+
+
+def open_store(broker_url: str | None, store_url: str | None, namespace: str, ttl_s: float) -> JobStore:
+    """Job state lives in Redis when a broker URL is given (the broker's own for redis://), else in memory."""
+    kind = broker_kind(broker_url)
+    if kind == "in_process":
+        return MemoryJobStore(ttl_s)
+    from depthserve.jobs.redis_store import RedisJobStore
+
+    url = store_url or (broker_url if kind == "redis" else DEFAULT_JOB_STORE)
+    assert url is not None
+    return RedisJobStore(url, namespace, ttl_s)
+
+
+class JobService:
+    """Owns a broker and a job store; with the in-process broker also the consumer that runs the jobs."""
+
+    def __init__(self, broker: Broker, store: JobStore, consumer: JobConsumer | None = None) -> None:
+        self.broker = broker
+        self.store = store
+        self.consumer = consumer
+        self.last_stats: dict[str, Any] = {"broker": broker.kind, "durable": broker.durable}
+        self._consumer_task: Any = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, executor: Executor | None = None) -> JobService:
+        """Build from Gateway settings; `executor` runs in-process jobs (no broker URL)."""
+        broker = open_broker(settings.broker, settings.job_namespace, settings.job_visibility_timeout_s)
+        store = open_store(settings.broker, settings.job_store, settings.job_namespace, settings.job_ttl_s)
+        consumer = None
+        if broker.kind == "in_process" and executor is not None:
+            consumer = JobConsumer(
+                broker,
+                store,
+                executor,
+                settings.job_concurrency,
+                max_attempts=settings.job_max_attempts,
+                job_timeout_s=settings.job_timeout_s,
+                touch_every_s=max(0.1, settings.job_visibility_timeout_s / 3),
+            )
+        return cls(broker, store, consumer)
+
+    async def start(self) -> None:
+        """Connect the broker (publisher side) and start the in-process consumer if there is one."""
+        import asyncio
+
+        await self.broker.start()
+        if self.consumer is not None:
+            self._consumer_task = asyncio.create_task(self.consumer.run())
+
+    async def close(self) -> None:
+        """Stop the in-process consumer, then disconnect."""
+        if self.consumer is not None and self._consumer_task is not None:
+            await self.consumer.stop(1.0)
+            self._consumer_task.cancel()
+        for closer in (self.broker.close, self.store.close):
+            try:
+                await closer()
+            except BrokerUnavailable as exc:
+                log.warning("closing jobs: %s", exc)
+
+    async def submit(
+        self, model: str, payload: Callable[[str], bytes], idempotency_key: str | None
+    ) -> tuple[Job, bool]:
+        """Store the job (payload built for its id), then publish it; True if new.
+
+        If the broker refuses, the job is forgotten (it was never accepted) and BrokerUnavailable propagates.
+        """
+        job = Job(id=new_job_id(), model=model, created_at=time.time())
+        job, created = await self.store.create(job, payload(job.id), idempotency_key)
+        if not created:
+            return job, False
+        try:
+            await self.broker.publish(job.id)
+        except BrokerUnavailable:
+            with contextlib.suppress(BrokerUnavailable):
+                await self.store.discard(job.id, idempotency_key)  # never accepted: a retry starts afresh
+            raise
+        return job, True
+
+    async def stats(self) -> dict[str, Any]:
+        """Queue depth and the age of the oldest queued job, for autoscaling (and the last value in last_stats)."""
+        queued, oldest = await self.store.queued()
+        stats: dict[str, Any] = {
+            "broker": self.broker.kind,
+            "durable": self.broker.durable,
+            "queued": queued,
+            "oldest_queued_age_s": None if oldest is None else round(max(0.0, time.time() - oldest), 3),
+            "broker_depth": await self.broker.depth(),
+        }
+        self.last_stats = stats
+        return stats

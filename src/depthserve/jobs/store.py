@@ -1,0 +1,192 @@
+"""Where job records, payloads and results live: the interface, and the in-memory store for single-node use.
+
+Every state change is one atomic step, so a job delivered twice stores its result once:
+`start` moves queued -> running and counts the attempt, `succeed` stores a result only if none is
+stored yet, `cancel` only touches a job that has not started.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from depthserve.jobs.errors import JobConflict, JobNotFound
+from depthserve.jobs.model import FINAL_STATES, Job, JobState
+
+RUN, SKIP, GAVE_UP = "run", "skip", "gave_up"
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a consumer should do with a delivered job: run it, skip it (final or gone), or dead-letter it."""
+
+    action: str
+    attempts: int
+
+
+class JobStore(ABC):
+    """Job records with a TTL; implementations: MemoryJobStore (here) and RedisJobStore."""
+
+    ttl_s: float
+
+    @abstractmethod
+    async def create(self, job: Job, payload: bytes, idempotency_key: str | None = None) -> tuple[Job, bool]:
+        """Store a new queued job and its payload; with a known idempotency key give the existing job and False."""
+
+    @abstractmethod
+    async def discard(self, job_id: str, idempotency_key: str | None = None) -> None:
+        """Forget a job that was never accepted (its publish failed), and free its idempotency key."""
+
+    @abstractmethod
+    async def get(self, job_id: str) -> Job:
+        """The job's record, or JobNotFound (unknown or expired)."""
+
+    @abstractmethod
+    async def payload(self, job_id: str) -> bytes:
+        """The job's request payload, stored by reference beside the record."""
+
+    @abstractmethod
+    async def start(self, job_id: str, max_attempts: int) -> Start:
+        """Count one attempt and mark the job running; past max_attempts mark it failed and say GAVE_UP."""
+
+    @abstractmethod
+    async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
+        """Store the result unless one is already stored (then count a duplicate); True if stored now."""
+
+    @abstractmethod
+    async def fail(self, job_id: str, error: str, final: bool) -> JobState:
+        """Record an attempt's error: final -> failed, else back to queued for another attempt."""
+
+    @abstractmethod
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel a job that has not started; JobConflict if it runs or ended."""
+
+    @abstractmethod
+    async def result(self, job_id: str) -> tuple[bytes, str]:
+        """The stored result and its media type; JobConflict while the job has none."""
+
+    @abstractmethod
+    async def queued(self) -> tuple[int, float | None]:
+        """How many jobs wait to start, and the creation time (epoch seconds) of the oldest."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def gave_up_error(max_attempts: int, last: str | None) -> str:
+    """The error of a job that used up its attempts."""
+    return f"gave up after {max_attempts} attempts; last error: {last or 'the worker stopped while running it'}"
+
+
+@dataclass
+class _Entry:
+    job: Job
+    payload: bytes | None
+    expires_at: float
+    result: bytes | None = None
+
+
+class MemoryJobStore(JobStore):
+    """Jobs in this process's memory: for the in-process broker, lost when the process stops."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._jobs: dict[str, _Entry] = {}
+        self._keys: dict[str, tuple[str, float]] = {}
+
+    def _entry(self, job_id: str) -> _Entry:
+        entry = self._jobs.get(job_id)
+        if entry is None or entry.expires_at <= self._clock():
+            self._jobs.pop(job_id, None)
+            raise JobNotFound(f"no job {job_id!r} (unknown, or its results expired)")
+        return entry
+
+    async def create(self, job: Job, payload: bytes, idempotency_key: str | None = None) -> tuple[Job, bool]:
+        now = self._clock()
+        if idempotency_key is not None:
+            known = self._keys.get(idempotency_key)
+            if known is not None and known[1] > now and known[0] in self._jobs:
+                return replace(self._entry(known[0]).job), False
+            self._keys[idempotency_key] = (job.id, now + self.ttl_s)
+        self._jobs[job.id] = _Entry(replace(job), payload, now + self.ttl_s)
+        return job, True
+
+    async def discard(self, job_id: str, idempotency_key: str | None = None) -> None:
+        self._jobs.pop(job_id, None)
+        if idempotency_key is not None and self._keys.get(idempotency_key, ("",))[0] == job_id:
+            del self._keys[idempotency_key]
+
+    async def get(self, job_id: str) -> Job:
+        return replace(self._entry(job_id).job)
+
+    async def payload(self, job_id: str) -> bytes:
+        entry = self._entry(job_id)
+        if entry.payload is None:
+            raise JobNotFound(f"job {job_id!r} has no payload any more (it ended)")
+        return entry.payload
+
+    async def start(self, job_id: str, max_attempts: int) -> Start:
+        try:
+            entry = self._entry(job_id)
+        except JobNotFound:
+            return Start(SKIP, 0)
+        job = entry.job
+        if job.state in FINAL_STATES:
+            return Start(SKIP, job.attempts)
+        job.attempts += 1
+        if job.attempts > max_attempts:
+            job.state, job.finished_at = JobState.FAILED, self._clock()
+            job.error = gave_up_error(max_attempts, job.error)
+            entry.payload = None
+            return Start(GAVE_UP, job.attempts)
+        job.state, job.started_at = JobState.RUNNING, self._clock()
+        return Start(RUN, job.attempts)
+
+    async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
+        entry = self._entry(job_id)
+        job = entry.job
+        if job.state not in (JobState.RUNNING, JobState.QUEUED):
+            job.duplicates += 1
+            return False
+        job.state, job.finished_at, job.content_type, job.error = JobState.SUCCEEDED, self._clock(), content_type, None
+        job.stores += 1
+        entry.result, entry.payload = result, None
+        entry.expires_at = self._clock() + self.ttl_s
+        return True
+
+    async def fail(self, job_id: str, error: str, final: bool) -> JobState:
+        job = self._entry(job_id).job
+        if job.state != JobState.RUNNING:
+            return job.state
+        job.error = error
+        if final:
+            job.state, job.finished_at = JobState.FAILED, self._clock()
+            self._jobs[job_id].payload = None
+        else:
+            job.state = JobState.QUEUED
+        return job.state
+
+    async def cancel(self, job_id: str) -> Job:
+        entry = self._entry(job_id)
+        job = entry.job
+        if job.state == JobState.QUEUED:
+            job.state, job.finished_at = JobState.CANCELLED, self._clock()
+            entry.payload = None
+        elif job.state != JobState.CANCELLED:
+            raise JobConflict(f"job {job_id} is {job.state.value}; only a queued job can be cancelled", job.state)
+        return replace(job)
+
+    async def result(self, job_id: str) -> tuple[bytes, str]:
+        entry = self._entry(job_id)
+        if entry.job.state != JobState.SUCCEEDED or entry.result is None:
+            raise JobConflict(f"job {job_id} is {entry.job.state.value}; it has no result", entry.job.state)
+        return entry.result, entry.job.content_type or "application/octet-stream"
+
+    async def queued(self) -> tuple[int, float | None]:
+        now = self._clock()
+        entries = self._jobs.values()
+        waiting = [e.job.created_at for e in entries if e.job.state == JobState.QUEUED and e.expires_at > now]
+        return len(waiting), min(waiting, default=None)

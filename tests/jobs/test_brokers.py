@@ -1,0 +1,99 @@
+"""The three brokers behind one interface, against the real Redis and RabbitMQ: delivery, redelivery, DLQ."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from tests.conftest import require_service
+
+from depthserve.jobs.broker import Broker, Delivery, broker_kind, open_broker
+from depthserve.testing.jobs import BROKER_URLS, SERVICES, clean_up, unique_namespace
+
+Factory = Callable[..., Awaitable[Broker]]
+
+
+@pytest.fixture(params=["redis", "amqp", "in_process"])
+async def make_broker(request: pytest.FixtureRequest) -> AsyncIterator[Factory]:
+    """Open brokers of one kind on a fresh namespace (several may share it, like workers); clean up after."""
+    kind = request.param
+    url = BROKER_URLS.get(kind)
+    if url is not None:
+        require_service(*SERVICES[kind])
+    namespace = unique_namespace(f"broker-{kind}")
+    opened: list[Broker] = []
+    shared: list[Broker] = []
+
+    async def make(prefetch: int | None = 4, visibility_timeout_s: float = 30.0) -> Broker:
+        if kind == "in_process" and shared:
+            return shared[0]  # one queue per process: the "second consumer" is the same object
+        broker = open_broker(url, namespace, visibility_timeout_s)
+        await broker.start(prefetch=prefetch)
+        opened.append(broker)
+        shared.append(broker)
+        return broker
+
+    try:
+        yield make
+    finally:
+        for broker in opened:
+            await broker.close()
+        if url is not None:
+            await clean_up(url, namespace)
+
+
+async def fetch_ids(broker: Broker, want: int, wait_s: float = 5.0) -> list[Delivery]:
+    """Fetch until `want` deliveries arrived (or the time is up)."""
+    got: list[Delivery] = []
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + wait_s
+    while len(got) < want and loop.time() < ends:
+        got += await broker.fetch(want - len(got), 0.2)
+    return got
+
+
+def test_the_url_chooses_the_broker() -> None:
+    assert broker_kind("redis://127.0.0.1:6379/0") == "redis"
+    assert broker_kind("amqp://guest:guest@127.0.0.1:5672/") == "amqp"
+    assert broker_kind(None) == "in_process"
+    with pytest.raises(ValueError, match="use redis://"):
+        broker_kind("kafka://127.0.0.1:9092")
+
+
+async def test_published_jobs_are_delivered_and_acked(make_broker: Factory) -> None:
+    broker = await make_broker()
+    for job_id in ("a", "b", "c"):
+        await broker.publish(job_id)
+    deliveries = await fetch_ids(broker, 3)
+    assert sorted(d.job_id for d in deliveries) == ["a", "b", "c"]
+    for delivery in deliveries:
+        await delivery.ack()
+    assert await broker.fetch(3, 0.3) == []
+    assert await broker.depth() == 0
+
+
+async def test_a_job_dead_letters_into_the_dlq(make_broker: Factory) -> None:
+    broker = await make_broker()
+    await broker.publish("poison")
+    (delivery,) = await fetch_ids(broker, 1)
+    await delivery.dead_letter("gave up after 3 attempts")
+    for _ in range(20):  # RabbitMQ routes the rejected message asynchronously
+        if await broker.dead_letters() == ["poison"]:
+            break
+        await asyncio.sleep(0.1)
+    assert await broker.dead_letters() == ["poison"]
+    assert await broker.fetch(1, 0.3) == []
+
+
+@pytest.mark.parametrize("make_broker", ["redis", "amqp"], indirect=True)  # in-process: not durable, by design
+async def test_a_dead_consumers_job_goes_to_another(make_broker: Factory) -> None:
+    first = await make_broker(visibility_timeout_s=0.5)
+    await first.publish("orphan")
+    (taken,) = await fetch_ids(first, 1)
+    await first.close()  # the consumer dies without acking
+    second = await make_broker(visibility_timeout_s=0.5)
+    (again,) = await fetch_ids(second, 1, wait_s=10.0)
+    assert again.job_id == taken.job_id == "orphan"
+    await again.ack()
+    assert await second.depth() == 0

@@ -1,0 +1,108 @@
+"""Job stores (in memory and real Redis): states, exactly-once results, idempotency, cancel, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from tests.conftest import require_service
+
+from depthserve.jobs.errors import JobConflict, JobNotFound
+from depthserve.jobs.model import Job, JobState, new_job_id
+from depthserve.jobs.redis_store import RedisJobStore
+from depthserve.jobs.store import GAVE_UP, RUN, SKIP, JobStore, MemoryJobStore
+from depthserve.testing.jobs import REDIS_URL, clean_up, unique_namespace
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
+    """Each test runs against both stores; the Redis one under a namespace of its own."""
+    if request.param == "memory":
+        yield MemoryJobStore(ttl_s=60)
+        return
+    require_service("Redis", "127.0.0.1", 6379)
+    namespace = unique_namespace("store")
+    redis_store = RedisJobStore(REDIS_URL, namespace, ttl_s=60)
+    try:
+        yield redis_store
+    finally:
+        await redis_store.close()
+        await clean_up(REDIS_URL, namespace)
+
+
+def new_job() -> Job:
+    return Job(id=new_job_id(), model="lingbot-depth", created_at=time.time())
+
+
+async def test_a_job_runs_once_and_its_result_is_stored_once(store: JobStore) -> None:
+    job, created = await store.create(new_job(), b"payload")
+    assert created and (await store.get(job.id)).state == JobState.QUEUED
+    assert await store.payload(job.id) == b"payload"
+    assert (await store.start(job.id, 3)).action == RUN
+    assert (await store.get(job.id)).state == JobState.RUNNING
+    assert await store.succeed(job.id, b"result", "application/x-npy") is True
+    assert await store.succeed(job.id, b"again", "application/x-npy") is False  # a second delivery's result
+    done = await store.get(job.id)
+    assert (done.state, done.attempts, done.stores, done.duplicates) == (JobState.SUCCEEDED, 1, 1, 1)
+    assert await store.result(job.id) == (b"result", "application/x-npy")
+    assert (await store.start(job.id, 3)).action == SKIP  # a redelivery after success does nothing
+
+
+async def test_idempotency_key_gives_the_existing_job(store: JobStore) -> None:
+    first, created = await store.create(new_job(), b"a", idempotency_key="order-17")
+    again, created_again = await store.create(new_job(), b"b", idempotency_key="order-17")
+    other, _ = await store.create(new_job(), b"c", idempotency_key="order-18")
+    assert created and not created_again
+    assert again.id == first.id and other.id != first.id
+
+
+async def test_failed_attempts_retry_then_give_up(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    await store.start(job.id, 2)
+    assert await store.fail(job.id, "boom 1", final=False) == JobState.QUEUED
+    assert (await store.start(job.id, 2)).action == RUN
+    assert await store.fail(job.id, "boom 2", final=True) == JobState.FAILED
+    failed = await store.get(job.id)
+    assert (failed.state, failed.attempts, failed.error) == (JobState.FAILED, 2, "boom 2")
+    with pytest.raises(JobConflict):
+        await store.result(job.id)
+
+
+async def test_a_job_started_past_its_attempts_gives_up(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    assert (await store.start(job.id, 1)).action == RUN  # then its worker dies: the broker delivers it again
+    start = await store.start(job.id, 1)
+    assert (start.action, start.attempts) == (GAVE_UP, 2)
+    failed = await store.get(job.id)
+    assert failed.state == JobState.FAILED and failed.error is not None and "gave up after 1 attempts" in failed.error
+
+
+async def test_only_a_queued_job_can_be_cancelled(store: JobStore) -> None:
+    queued, _ = await store.create(new_job(), b"p")
+    assert (await store.cancel(queued.id)).state == JobState.CANCELLED
+    assert (await store.start(queued.id, 3)).action == SKIP  # its message, when it comes, is dropped
+    running, _ = await store.create(new_job(), b"p")
+    await store.start(running.id, 3)
+    with pytest.raises(JobConflict):
+        await store.cancel(running.id)
+    with pytest.raises(JobNotFound):
+        await store.cancel("no-such-job")
+
+
+async def test_queued_jobs_are_counted_with_the_oldest_age(store: JobStore) -> None:
+    first, _ = await store.create(new_job(), b"p")
+    await store.create(new_job(), b"p")
+    count, oldest = await store.queued()
+    assert count == 2 and oldest == pytest.approx(first.created_at)
+    await store.start(first.id, 3)
+    assert (await store.queued())[0] == 1
+
+
+async def test_records_expire_after_their_ttl(store: JobStore) -> None:
+    store.ttl_s = 0.2
+    job, _ = await store.create(new_job(), b"p")
+    await asyncio.sleep(0.5)
+    with pytest.raises(JobNotFound):
+        await store.get(job.id)
