@@ -1,0 +1,405 @@
+"""OIP v2 REST JSON to and from the gRPC messages the backends speak; pure, and strict about what it accepts.
+
+Every input becomes `raw_input_contents` (the wire form tritonclient and our workers use), whether it
+came as JSON `data` or as binary; datatype and shape are checked against the data before a backend
+sees it. Replies are read from raw or typed contents, so any OIP backend works.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from tritonclient.grpc import service_pb2 as pb
+
+from depthserve.gateway.oip_binary import BINARY_SIZE
+from depthserve.protocol.tensors import DATATYPES, TensorError, deserialize_bytes, element_count, serialize_bytes
+
+ITEM_SIZES = {**{name: dtype.itemsize for name, dtype in DATATYPES.items()}, "BF16": 2}
+KNOWN_TYPES = (*DATATYPES, "BF16", "BYTES")
+BINARY_OUTPUT = "binary_data_output"
+_TYPED_FIELDS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+@dataclass(frozen=True)
+class OutputChoice:
+    """Which outputs the client asked for (None: all) and which of them travel as binary."""
+
+    requested: dict[str, bool] | None
+    binary_default: bool
+
+
+def _check_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TensorError(f"{what} must be a non-empty string")
+    return value
+
+
+def _shape(tensor: dict[str, Any], name: str) -> list[int]:
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
+        raise TensorError(f"input {name!r}: shape must be a list of integers, got {shape!r}")
+    element_count(shape)  # refuses negative dimensions
+    return shape
+
+
+def _datatype(tensor: dict[str, Any], name: str) -> str:
+    datatype = tensor.get("datatype")
+    if datatype not in KNOWN_TYPES:
+        raise TensorError(f"input {name!r}: unknown datatype {datatype!r}; expected one of {', '.join(KNOWN_TYPES)}")
+    return str(datatype)
+
+
+def count_bytes_elements(raw: bytes | memoryview) -> int:
+    """Count the length-prefixed elements of a BYTES tensor without copying them, refusing a truncated one."""
+    view = memoryview(raw)
+    offset = count = 0
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise TensorError("BYTES tensor ends inside a length prefix")
+        (size,) = struct.unpack_from("<I", view, offset)
+        offset += 4 + size
+        if offset > len(view):
+            raise TensorError(f"BYTES element of {size} bytes runs past the end of the tensor")
+        count += 1
+    return count
+
+
+def check_raw(name: str, datatype: str, shape: list[int], raw: bytes | memoryview) -> None:
+    """Check that raw contents hold exactly the elements their shape and datatype say."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        found = count_bytes_elements(raw)
+        if found != count:
+            raise TensorError(f"input {name!r}: BYTES data holds {found} elements, shape {shape} needs {count}")
+        return
+    expected = count * ITEM_SIZES[datatype]
+    if len(raw) != expected:
+        raise TensorError(f"input {name!r}: shape {shape} of {datatype} needs {expected} bytes, got {len(raw)}")
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    flat: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def json_data_to_raw(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
+    """Turn a JSON `data` value (flat or nested, row-major) into raw little-endian contents."""
+    count = element_count(shape)
+    if datatype == "BF16":
+        raise TensorError(f"input {name!r}: BF16 has no JSON form; send it as binary data")
+    if datatype == "BYTES":
+        items = _flatten(data)
+        if not all(isinstance(item, str) for item in items):
+            raise TensorError(f"input {name!r}: BYTES data must be strings")
+        if len(items) != count:
+            raise TensorError(f"input {name!r}: {len(items)} elements given, shape {shape} needs {count}")
+        return serialize_bytes([item.encode() for item in items])
+    try:
+        array = np.asarray(data)
+    except (ValueError, OverflowError) as exc:
+        raise TensorError(f"input {name!r}: data is not a regular array of numbers ({exc})") from None
+    if array.size != count:
+        raise TensorError(f"input {name!r}: {array.size} elements given, shape {shape} needs {count}")
+    dtype = DATATYPES[datatype]
+    if count and not _kind_fits(array.dtype.kind, dtype.kind):
+        raise TensorError(f"input {name!r}: data of kind {array.dtype} does not fit datatype {datatype}")
+    if count and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        low, high = array.min(), array.max()
+        if low < info.min or high > info.max:
+            raise TensorError(f"input {name!r}: values {low}..{high} out of range for {datatype}")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def _kind_fits(given: str, wanted: str) -> bool:
+    if wanted == "b":
+        return given == "b"
+    if wanted in "iu":
+        return given in "iu"
+    return given in "iuf"  # floats accept integers
+
+
+def _json_to_param(name: str, value: Any, target: pb.InferParameter) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    elif isinstance(value, str):
+        target.string_param = value
+    else:
+        raise TensorError(f"parameter {name!r} must be a boolean, number or string")
+
+
+def _copy_params(params: Any, target: Any, skip: tuple[str, ...], where: str) -> None:
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise TensorError(f"{where}: parameters must be an object")
+    for key, value in params.items():
+        if key not in skip:
+            _json_to_param(key, value, target[key])
+
+
+def _output_choice(doc: dict[str, Any], request: pb.ModelInferRequest) -> OutputChoice:
+    params = doc.get("parameters") or {}
+    default = params.get(BINARY_OUTPUT, False) if isinstance(params, dict) else False
+    if not isinstance(default, bool):
+        raise TensorError("parameter 'binary_data_output' must be a boolean")
+    outputs = doc.get("outputs")
+    if outputs is None:
+        return OutputChoice(None, default)
+    if not isinstance(outputs, list):
+        raise TensorError("'outputs' must be a list")
+    requested: dict[str, bool] = {}
+    for item in outputs:
+        if not isinstance(item, dict):
+            raise TensorError("each requested output must be an object")
+        name = _check_name(item.get("name"), "output name")
+        params = item.get("parameters") or {}
+        binary = params.get("binary_data", default) if isinstance(params, dict) else default
+        if not isinstance(binary, bool):
+            raise TensorError(f"output {name!r}: binary_data must be a boolean")
+        requested[name] = binary
+        tensor = request.outputs.add(name=name)
+        _copy_params(item.get("parameters"), tensor.parameters, ("binary_data",), f"output {name!r}")
+    return OutputChoice(requested, default)
+
+
+def parse_infer_request(
+    doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
+) -> tuple[pb.ModelInferRequest, OutputChoice]:
+    """Build the ModelInferRequest for a REST infer body whose binary slices were already split off."""
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise TensorError("'inputs' must be a non-empty list")
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise TensorError("'id' must be a string")
+    request = pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
+    _copy_params(doc.get("parameters"), request.parameters, (BINARY_OUTPUT,), "request")
+    seen: set[str] = set()
+    for tensor, raw in zip(inputs, binary, strict=True):
+        if not isinstance(tensor, dict):
+            raise TensorError("each input must be an object")
+        name = _check_name(tensor.get("name"), "input name")
+        if name in seen:
+            raise TensorError(f"input {name!r} given twice")
+        seen.add(name)
+        datatype, shape = _datatype(tensor, name), _shape(tensor, name)
+        has_data = "data" in tensor
+        if raw is not None and has_data:
+            raise TensorError(f"input {name!r} has both JSON data and binary_data_size")
+        if raw is None and not has_data:
+            raise TensorError(f"input {name!r} has no data: give 'data' or binary_data_size")
+        if raw is not None:
+            check_raw(name, datatype, shape, raw)
+            contents: bytes | memoryview = raw
+        else:
+            contents = json_data_to_raw(name, datatype, shape, tensor["data"])
+        target = request.inputs.add(name=name, datatype=datatype, shape=shape)
+        _copy_params(tensor.get("parameters"), target.parameters, (BINARY_SIZE, "binary_data"), f"input {name!r}")
+        request.raw_input_contents.append(bytes(contents))
+    return request, _output_choice(doc, request)
+
+
+def _param_json(param: pb.InferParameter) -> Any:
+    kind = param.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(param, kind)
+
+
+def _typed_to_raw(tensor: pb.ModelInferResponse.InferOutputTensor) -> bytes:
+    field = _TYPED_FIELDS.get(tensor.datatype)
+    if field is None:
+        raise TensorError(f"output {tensor.name!r} of datatype {tensor.datatype} came without raw contents")
+    values = list(getattr(tensor.contents, field))
+    if tensor.datatype == "BYTES":
+        return serialize_bytes(values)
+    return np.asarray(values, dtype=DATATYPES[tensor.datatype]).tobytes()
+
+
+def output_contents(response: pb.ModelInferResponse) -> list[bytes]:
+    """Give each output's raw contents, from raw_output_contents or converted from typed contents."""
+    if response.raw_output_contents:
+        if len(response.raw_output_contents) != len(response.outputs):
+            raise TensorError("backend reply has raw contents for only some outputs")
+        return list(response.raw_output_contents)
+    return [_typed_to_raw(tensor) for tensor in response.outputs]
+
+
+def with_raw_outputs(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
+    """Move typed output contents into raw_output_contents, the form tritonclient's gRPC client reads."""
+    if response.raw_output_contents or not response.outputs:
+        return response
+    contents = output_contents(response)
+    for tensor in response.outputs:
+        tensor.ClearField("contents")
+    response.raw_output_contents.extend(contents)
+    return response
+
+
+def _json_data(datatype: str, shape: list[int], raw: bytes) -> list[Any] | None:
+    """Give flat JSON data for raw contents, or None when it has no faithful JSON form (BF16, non-UTF-8)."""
+    if datatype == "BF16":
+        return None
+    if datatype == "BYTES":
+        try:
+            return [item.decode() for item in deserialize_bytes(raw, element_count(shape))]
+        except UnicodeDecodeError:
+            return None
+    dtype = DATATYPES.get(datatype)
+    if dtype is None:
+        return None
+    return np.frombuffer(raw, dtype=dtype).tolist()
+
+
+def infer_response_json(response: pb.ModelInferResponse, choice: OutputChoice) -> tuple[dict[str, Any], list[bytes]]:
+    """Render a reply as the REST JSON header plus binary chunks, keeping only the outputs asked for."""
+    contents = output_contents(response)
+    by_name = {tensor.name: (tensor, raw) for tensor, raw in zip(response.outputs, contents, strict=True)}
+    names = list(by_name) if choice.requested is None else list(choice.requested)
+    outputs: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for name in names:
+        if name not in by_name:
+            raise TensorError(f"requested output {name!r} is not in the model's reply (it has {', '.join(by_name)})")
+        tensor, raw = by_name[name]
+        shape = list(tensor.shape)
+        item: dict[str, Any] = {"name": name, "datatype": tensor.datatype, "shape": shape}
+        params = {key: _param_json(value) for key, value in tensor.parameters.items()}
+        binary = choice.binary_default if choice.requested is None else choice.requested[name]
+        data = None if binary else _json_data(tensor.datatype, shape, raw)
+        if data is None:  # asked for binary, or no JSON form: binary, which every client reads
+            params[BINARY_SIZE] = len(raw)
+            chunks.append(raw)
+        else:
+            item["data"] = data
+        if params:
+            item["parameters"] = params
+        outputs.append(item)
+    header: dict[str, Any] = {"model_name": response.model_name, "outputs": outputs}
+    if response.model_version:
+        header["model_version"] = response.model_version
+    if response.id:
+        header["id"] = response.id
+    if response.parameters:
+        header["parameters"] = {key: _param_json(value) for key, value in response.parameters.items()}
+    return header, chunks
+
+
+def model_metadata_json(reply: pb.ModelMetadataResponse) -> dict[str, Any]:
+    """Render ModelMetadata as the REST model metadata object."""
+
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in items]
+
+    return {
+        "name": reply.name,
+        "versions": list(reply.versions),
+        "platform": reply.platform,
+        "inputs": tensors(reply.inputs),
+        "outputs": tensors(reply.outputs),
+    }
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    """Render a protobuf message as Triton's REST JSON does: field names as in the proto, 64-bit ints as numbers."""
+    out: dict[str, Any] = {}
+    for field, value in message.ListFields():
+        out[field.name] = _field_json(field, value)
+    return out
+
+
+def _field_json(field: FieldDescriptor, value: Any) -> Any:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        value_field = field.message_type.fields_by_name["value"]
+        return {str(key): _scalar_json(value_field, item) for key, item in value.items()}
+    if field.is_repeated:
+        return [_scalar_json(field, item) for item in value]
+    return _scalar_json(field, value)
+
+
+def _scalar_json(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return message_to_json(value)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return field.enum_type.values_by_number[value].name
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return value.decode("latin-1")
+    return value
+
+
+def config_from_metadata(meta: pb.ModelMetadataResponse) -> dict[str, Any]:
+    """Derive a Triton model config (REST JSON form) from model metadata, for backends without ModelConfig.
+
+    `max_batch_size` 0: clients send one request per call; a depthserve worker batches on its own.
+    """
+
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": t.name,
+                "data_type": "TYPE_STRING" if t.datatype == "BYTES" else f"TYPE_{t.datatype}",
+                "dims": list(t.shape),
+            }
+            for t in items
+        ]
+
+    return {
+        "name": meta.name,
+        "platform": meta.platform,
+        "backend": "",
+        "max_batch_size": 0,
+        "input": tensors(meta.inputs),
+        "output": tensors(meta.outputs),
+    }
+
+
+def check_request(request: pb.ModelInferRequest) -> None:
+    """Check a gRPC ModelInferRequest's names, datatypes and raw sizes before any backend sees it."""
+    if not request.model_name:
+        raise TensorError("model_name is required")
+    if not request.inputs:
+        raise TensorError("a request needs at least one input")
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise TensorError(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs; give one per input")
+    for index, tensor in enumerate(request.inputs):
+        if tensor.datatype not in KNOWN_TYPES:
+            raise TensorError(
+                f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}; expected one of {', '.join(KNOWN_TYPES)}"
+            )
+        shape = list(tensor.shape)
+        element_count(shape)
+        if raw:
+            check_raw(tensor.name, tensor.datatype, shape, raw[index])

@@ -1,0 +1,274 @@
+"""Stock tritonclient (HTTP and gRPC, sync and asyncio) against a real gateway and straight against a worker.
+
+One tiny-model worker behind one gateway with `--grpc-port`; every answer is compared with what
+`POST /v1/depth` gives for the same image, and every bad request must get a clear error while both
+processes stay up.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcclient_aio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as httpclient_aio
+from tritonclient.utils import InferenceServerException
+
+from depthserve.probes import free_port
+from depthserve.testing.processes import start_gateway, start_worker
+
+MODEL = "lingbot-depth"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, rgb_png: bytes) -> Iterator[dict[str, Any]]:
+    """A tiny-model worker behind a gateway serving OIP over REST and gRPC (1 MiB body limit)."""
+    logs = tmp_path_factory.mktemp("logs")
+    worker, address = start_worker(logs, "--model", "tiny", "--threads", "1")
+    grpc_port = free_port()
+    try:
+        gateway, url = start_gateway(logs, [address], "--grpc-port", str(grpc_port), "--max-body-mb", "1")
+    except BaseException:
+        worker.stop()
+        raise
+    reply = httpx.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    yield {
+        "http": url.removeprefix("http://"),
+        "url": url,
+        "grpc": f"127.0.0.1:{grpc_port}",
+        "worker_grpc": address,
+        "worker": worker,
+        "gateway": gateway,
+        "v1_depth": np.load(io.BytesIO(reply.content)),
+    }
+    gateway.stop()
+    worker.stop()
+
+
+def png_input(module: Any, png: bytes) -> Any:
+    """The image as tritonclient users send an encoded file: a BYTES tensor of one element."""
+    tensor = module.InferInput("image", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([png], dtype=np.object_))
+    return tensor
+
+
+def assert_matches_v1(cluster: dict[str, Any], depth: np.ndarray) -> None:
+    expected = cluster["v1_depth"]
+    assert depth.dtype == np.float32 and depth.shape == expected.shape == (48, 64)
+    np.testing.assert_allclose(depth, expected, atol=1e-5, rtol=0)
+
+
+def assert_healthy(cluster: dict[str, Any]) -> None:
+    assert cluster["worker"].alive() and cluster["gateway"].alive()
+    assert httpx.get(f"{cluster['url']}/v2/health/ready", timeout=10).status_code == 200
+
+
+def test_http_metadata_readiness_and_config(cluster: dict[str, Any]) -> None:
+    client = httpclient.InferenceServerClient(cluster["http"])
+    assert client.is_server_live() and client.is_server_ready()
+    server = client.get_server_metadata()
+    assert server["name"] == "depthserve" and "binary_tensor_data" in server["extensions"]
+    meta = client.get_model_metadata(MODEL)
+    assert meta["name"] == MODEL and meta["versions"] == ["1"]  # the worker's answer, not a copy in the gateway
+    assert [t["name"] for t in meta["inputs"]] == ["image", "depth", "intrinsics"]
+    assert client.get_model_metadata(MODEL, "1")["name"] == MODEL
+    assert client.is_model_ready(MODEL) and client.is_model_ready(MODEL, "1")
+    assert not client.is_model_ready("no-such-model")
+    config = client.get_model_config(MODEL)
+    assert config["max_batch_size"] == 0 and config["input"][0] == {
+        "name": "image",
+        "data_type": "TYPE_STRING",
+        "dims": [-1],
+    }
+    with pytest.raises(InferenceServerException, match="no-such-model") as caught:
+        client.get_model_metadata("no-such-model")
+    assert caught.value.status() == "404"
+    with pytest.raises(InferenceServerException, match="not an OIP endpoint this gateway serves") as other:
+        client.get_model_repository_index()
+    assert other.value.status() == "404"
+    client.close()
+
+
+@pytest.mark.parametrize("target", ["grpc", "worker_grpc"])
+def test_grpc_metadata_and_readiness(cluster: dict[str, Any], target: str) -> None:
+    client = grpcclient.InferenceServerClient(cluster[target])
+    assert client.is_server_live() and client.is_server_ready()
+    meta = client.get_model_metadata(MODEL, as_json=True)
+    assert meta["name"] == MODEL and [t["name"] for t in meta["outputs"]] == ["depth", "mask", "points"]
+    assert client.is_model_ready(MODEL) and not client.is_model_ready("no-such-model")
+    with pytest.raises(InferenceServerException, match="no-such-model") as caught:
+        client.get_model_metadata("no-such-model")
+    assert caught.value.status() == "StatusCode.NOT_FOUND"
+    client.close()
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "deflate"])
+def test_http_binary_infer_equals_v1_depth(cluster: dict[str, Any], rgb_png: bytes, compression: str | None) -> None:
+    client = httpclient.InferenceServerClient(cluster["http"])
+    result = client.infer(
+        MODEL,
+        [png_input(httpclient, rgb_png)],
+        request_compression_algorithm=compression,
+        response_compression_algorithm=compression,
+    )
+    assert_matches_v1(cluster, result.as_numpy("depth"))
+    assert result.as_numpy("mask").dtype == bool
+    client.close()
+
+
+def test_http_json_tensors_equal_v1_depth(cluster: dict[str, Any], rgb: np.ndarray) -> None:
+    client = httpclient.InferenceServerClient(cluster["http"])
+    image = httpclient.InferInput("image", list(rgb.shape), "UINT8")
+    image.set_data_from_numpy(rgb, binary_data=False)  # pixels as a JSON list of numbers
+    outputs = [httpclient.InferRequestedOutput("depth", binary_data=False)]
+    result = client.infer(MODEL, [image], outputs=outputs, request_id="json-1")
+    response = result.get_response()
+    assert response["id"] == "json-1" and [o["name"] for o in response["outputs"]] == ["depth"]
+    assert "data" in response["outputs"][0]  # really answered in JSON
+    assert_matches_v1(cluster, result.as_numpy("depth"))
+    client.close()
+
+
+async def test_http_asyncio_client(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    client = httpclient_aio.InferenceServerClient(cluster["http"])
+    try:
+        assert await client.is_server_ready() and await client.is_model_ready(MODEL)
+        assert (await client.get_model_metadata(MODEL))["platform"]
+        result = await client.infer(MODEL, [png_input(httpclient_aio, rgb_png)])
+        assert_matches_v1(cluster, result.as_numpy("depth"))
+        stats = await client.get_inference_statistics(MODEL)
+        assert stats["model_stats"][0]["name"] == MODEL
+        assert stats["model_stats"][0]["inference_stats"]["success"]["count"] >= 1
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("target", ["grpc", "worker_grpc"])
+def test_grpc_infer_equals_v1_depth(cluster: dict[str, Any], rgb_png: bytes, rgb: np.ndarray, target: str) -> None:
+    client = grpcclient.InferenceServerClient(cluster[target])
+    result = client.infer(MODEL, [png_input(grpcclient, rgb_png)])
+    assert_matches_v1(cluster, result.as_numpy("depth"))
+    pixels = grpcclient.InferInput("image", list(rgb.shape), "UINT8")
+    pixels.set_data_from_numpy(rgb)
+    assert_matches_v1(cluster, client.infer(MODEL, [pixels]).as_numpy("depth"))
+    client.close()
+
+
+@pytest.mark.parametrize("target", ["grpc", "worker_grpc"])
+async def test_grpc_asyncio_client(cluster: dict[str, Any], rgb_png: bytes, target: str) -> None:
+    client = grpcclient_aio.InferenceServerClient(cluster[target])
+    try:
+        assert await client.is_server_live() and await client.is_model_ready(MODEL)
+        assert (await client.get_server_metadata()).name
+        result = await client.infer(MODEL, [png_input(grpcclient_aio, rgb_png)])
+        assert_matches_v1(cluster, result.as_numpy("depth"))
+    finally:
+        await client.close()
+
+
+def bad_inputs(module: Any, rgb: np.ndarray, rgb_png: bytes) -> dict[str, tuple[str, Any]]:
+    """Requests a user gets wrong, each with the text its error must contain."""
+    short = png_input(module, rgb_png)
+    short.set_shape([2])  # says two elements, sends one
+    flat = module.InferInput("image", [48, 64], "UINT8")
+    flat.set_data_from_numpy(rgb[:, :, 0].copy())
+    floats = module.InferInput("image", list(rgb.shape), "FP32")
+    floats.set_data_from_numpy(rgb.astype(np.float32))
+    return {
+        "shape and data disagree": ("holds 1 elements", short),
+        "wrong shape": ("[H,W,3]", flat),
+        "bad datatype": ("UINT8", floats),
+    }
+
+
+@pytest.mark.parametrize("case", ["shape and data disagree", "wrong shape", "bad datatype"])
+def test_http_bad_requests_get_a_clear_4xx(cluster: dict[str, Any], rgb: np.ndarray, rgb_png: bytes, case: str) -> None:
+    client = httpclient.InferenceServerClient(cluster["http"])
+    text, tensor = bad_inputs(httpclient, rgb, rgb_png)[case]
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(MODEL, [tensor])
+    assert caught.value.status() == "400" and text in caught.value.message()
+    with pytest.raises(InferenceServerException, match="no-such-model") as unknown:
+        client.infer("no-such-model", [png_input(httpclient, rgb_png)])
+    assert unknown.value.status() == "404"
+    client.close()
+    assert_healthy(cluster)
+
+
+@pytest.mark.parametrize("target", ["grpc", "worker_grpc"])
+@pytest.mark.parametrize("case", ["shape and data disagree", "wrong shape", "bad datatype"])
+def test_grpc_bad_requests_get_invalid_argument(
+    cluster: dict[str, Any], rgb: np.ndarray, rgb_png: bytes, case: str, target: str
+) -> None:
+    client = grpcclient.InferenceServerClient(cluster[target])
+    text, tensor = bad_inputs(grpcclient, rgb, rgb_png)[case]
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(MODEL, [tensor])
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT" and text in caught.value.message()
+    with pytest.raises(InferenceServerException, match="no-such-model") as unknown:
+        client.infer("no-such-model", [png_input(grpcclient, rgb_png)])
+    assert unknown.value.status() == "StatusCode.NOT_FOUND"
+    client.close()
+    assert_healthy(cluster)
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "text"),
+    [
+        (b'{"inputs": [', {}, 400, "not valid JSON"),
+        (
+            json.dumps({"inputs": [{"name": "image", "datatype": "FP33", "shape": [1], "data": [1]}]}).encode(),
+            {},
+            400,
+            "unknown datatype 'FP33'",
+        ),
+        (b"{}", {"Inference-Header-Content-Length": "99"}, 400, "only 2 bytes"),
+        (gzip.compress(b" " * (8 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413, "limit"),
+        (b"{}", {"Content-Encoding": "br"}, 415, "gzip or deflate"),
+    ],
+)
+def test_raw_rest_errors_are_json_with_a_message(
+    cluster: dict[str, Any], body: bytes, headers: dict[str, str], status: int, text: str
+) -> None:
+    with httpx.Client(http2=True, http1=False, timeout=30) as client:
+        reply = client.post(f"{cluster['url']}/v2/models/{MODEL}/infer", content=body, headers=headers)
+    assert reply.status_code == status, reply.text
+    assert text in reply.json()["error"]
+    assert_healthy(cluster)
+
+
+def test_statistics_count_requests_through_the_gateway(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    before = client.get_inference_statistics(MODEL, as_json=True)["model_stats"][0]
+    client.infer(MODEL, [png_input(grpcclient, rgb_png)])
+    after = client.get_inference_statistics(MODEL, as_json=True)["model_stats"][0]
+    assert int(after["inference_count"]) == int(before.get("inference_count", 0)) + 1
+    assert client.get_model_config(MODEL).config.name == MODEL
+    client.close()
+
+
+def test_grpc_inference_is_counted_in_the_gateway_metrics(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    route = 'route="/inference.GRPCInferenceService/ModelInfer"'
+
+    def answered() -> float:
+        text = httpx.get(f"{cluster['url']}/metrics", timeout=10).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("depthserve_gateway_requests_total{") and route in line and 'code="200"' in line
+        )
+
+    before = answered()
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    for _ in range(3):
+        client.infer(MODEL, [png_input(grpcclient, rgb_png)])
+    assert answered() == before + 3
