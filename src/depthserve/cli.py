@@ -53,6 +53,22 @@ def worker(
     tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
     tls_ca: Annotated[Path | None, typer.Option(help="require client certificates from this CA (mTLS)")] = None,
     speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
+    broker: Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")] = None,
+    job_store: Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")] = None,
+    job_namespace: Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")] = None,
+    job_ttl_s: Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")] = None,
+    job_max_attempts: Annotated[int | None, typer.Option(help="attempts before a job fails [3]")] = None,
+    job_visibility_timeout_s: Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")] = None,
+    job_timeout_s: Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")] = None,
+    job_concurrency: Annotated[int | None, typer.Option(help="jobs pulled and run at once [4]")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="HTTP port for /metrics; 0 = pick one [off]")] = None,
+    log_format: Annotated[str | None, typer.Option(help="text | json [text]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
+    discovery: Annotated[str | None, typer.Option(help="registry to join after warm-up: redis://HOST:PORT")] = None,
+    advertise: Annotated[str | None, typer.Option(help="HOST[:PORT] gateways dial [bound or registry-facing]")] = None,
+    version: Annotated[str | None, typer.Option(help="model version registered [1]")] = None,
+    weight: Annotated[float | None, typer.Option(help="static weight registered [auto]")] = None,
+    registry_ttl_s: Annotated[float | None, typer.Option(help="registry entry lifetime, s [5]")] = None,
 ) -> None:
     """Run a model worker (OIP v2 gRPC server)."""
     flags = {k: v for k, v in locals().items() if k != "config"}
@@ -66,7 +82,12 @@ def gateway(
     config: ConfigOpt = None,
     host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port, HTTP/1.1 and h2c [8000]")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="OIP v2 gRPC port [off]")] = None,
     backends: Annotated[str | None, typer.Option(help="workers HOST:PORT[@WEIGHT|@auto],...")] = None,
+    discovery: Annotated[
+        str | None, typer.Option(help="backend sources, comma-separated: redis://H:P, file:///F.yaml, dns://NAME:PORT")
+    ] = None,
+    discovery_poll_s: Annotated[float | None, typer.Option(help="how often sources are read, s [1]")] = None,
     policy: Annotated[str | None, typer.Option(help="load-balancing policy [round_robin]")] = None,
     policy_options: Annotated[str | None, typer.Option(help='policy options as JSON: {"choice_count": 3}')] = None,
     auto_weights: Annotated[bool | None, typer.Option("--auto-weights", help="weigh by measured throughput")] = None,
@@ -87,6 +108,16 @@ def gateway(
     backend_tls_ca: Annotated[Path | None, typer.Option(help="CA of the workers' gRPC TLS certificates")] = None,
     backend_tls_cert: Annotated[Path | None, typer.Option(help="client certificate for mTLS to workers")] = None,
     backend_tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
+    broker: Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")] = None,
+    job_store: Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")] = None,
+    job_namespace: Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")] = None,
+    job_ttl_s: Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")] = None,
+    job_max_attempts: Annotated[int | None, typer.Option(help="attempts before a job fails [3]")] = None,
+    job_visibility_timeout_s: Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")] = None,
+    job_timeout_s: Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")] = None,
+    job_concurrency: Annotated[int | None, typer.Option(help="in-process broker: jobs run at once [4]")] = None,
+    log_format: Annotated[str | None, typer.Option(help="text | json [text]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
 ) -> None:
     """Run the HTTP/2 gateway in front of workers."""
     flags = {k: v for k, v in locals().items() if k != "config"}
@@ -98,8 +129,13 @@ def gateway(
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--policy-options") from None
     settings = load_settings(GatewaySettings, config, **flags)
-    if not settings.backends:
-        raise typer.BadParameter("give at least one backend with --backends HOST:PORT", param_hint="--backends")
+    if config is not None:
+        settings = settings.model_copy(update={"config_file": config.resolve()})  # watched for version routes
+    if not settings.backends and not settings.discovery:
+        raise typer.BadParameter(
+            "give at least one backend with --backends HOST:PORT, or a source with --discovery URL",
+            param_hint="--backends",
+        )
     from depthserve.gateway.app import check_settings
 
     try:
@@ -117,9 +153,22 @@ def up(
     port: Annotated[int, typer.Option(help="gateway HTTP port")] = 8000,
     policy: Annotated[str, typer.Option(help="load-balancing policy")] = "round_robin",
     threads: Annotated[int | None, typer.Option(help="torch threads per worker (default 1)")] = None,
+    broker: Annotated[str | None, typer.Option(help="jobs broker for gateway and workers: redis://, amqp://")] = None,
+    log_format: Annotated[str | None, typer.Option(help="gateway and worker logs: text | json [text]")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
 ) -> None:
     """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
+    import os
+
     from depthserve.local_cluster import LocalCluster
+
+    for component in ("GATEWAY", "WORKER"):  # the children read their settings from the environment too
+        if log_format is not None:
+            os.environ[f"DEPTHSERVE_{component}_LOG_FORMAT"] = log_format
+        if log_level is not None:
+            os.environ[f"DEPTHSERVE_{component}_LOG_LEVEL"] = log_level
+        if broker is not None:  # without one, the gateway runs jobs itself (in-process, not durable)
+            os.environ[f"DEPTHSERVE_{component}_BROKER"] = broker
 
     cluster = LocalCluster(
         workers=workers, model=model, checkpoint=checkpoint, port=port, policy=policy, threads=threads
@@ -146,11 +195,13 @@ def predict(
 @app.command()
 def status(
     url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
+    watch: Annotated[bool, typer.Option("--watch", help="refresh live, with QPS and p99, until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(help="--watch refresh interval, s", min=0.2)] = 2.0,
 ) -> None:
-    """Show the gateway's backends as a table."""
-    from depthserve.status_view import show_status
+    """Show the gateway's backends as a table (once, or live with --watch)."""
+    from depthserve.status_view import show_status, watch_status
 
-    raise typer.Exit(show_status(url))
+    raise typer.Exit(watch_status(url, interval) if watch else show_status(url))
 
 
 @app.command()

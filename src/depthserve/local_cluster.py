@@ -189,7 +189,8 @@ class LocalCluster:
                 f"  try: curl --http2-prior-knowledge -H 'Content-Type: image/png' "
                 f"--data-binary @photo.png {url}/v1/depth -o depth.npy"
             )
-            console.print(f"  status: depthserve status --url {url}   logs: {self.log_dir}")
+            console.print(f"  status: depthserve status --watch --url {url}   logs: {self.log_dir}")
+            console.print(f"  dashboard: {url}/dashboard   metrics: {url}/metrics")
             while self._stop_signal is None:
                 for child in self.children:
                     if child.process.poll() is None:

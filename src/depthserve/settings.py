@@ -76,6 +76,34 @@ class WorkerSettings(BaseSettings):
     tls_key: Path | None = Field(None, description="its private key")
     tls_ca: Path | None = Field(None, description="require client certificates signed by this CA (mutual TLS)")
     seed: int = Field(0, description="seed for synthetic service times")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="HTTP port serving Prometheus /metrics (0 picks a free one; unset = off)"
+    )
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="lowest level logged (debug adds one line per request, with its request id)"
+    )
+    version: str = Field("1", description="model version this worker serves, as registered for gateways")
+    discovery: str | None = Field(None, description="registry to join after warm-up: redis://HOST:PORT[/DB]")
+    advertise: str | None = Field(
+        None, description="HOST[:PORT] gateways should dial (default: bound host, or the address facing the registry)"
+    )
+    weight: float | None = Field(None, gt=0, description="static weight registered for gateways (default: auto)")
+    registry_ttl_s: float = Field(5.0, gt=0, description="registry entry lifetime; heartbeats renew it every third")
+    broker: str | None = Field(
+        None, description="async jobs: redis://HOST:PORT/DB (Redis Streams) or amqp://USER:PASS@HOST:PORT/ (RabbitMQ)"
+    )
+    job_store: str | None = Field(
+        None, description="Redis URL for job state and results (default: the redis:// broker, else local Redis)"
+    )
+    job_namespace: str = Field("depthserve", description="prefix of the jobs' Redis keys and RabbitMQ queues")
+    job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
+    job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
+    job_visibility_timeout_s: float = Field(
+        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
+    )
+    job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
+    job_concurrency: int = Field(4, ge=1, description="jobs this worker pulls and runs at once (its prefetch)")
 
     @field_validator("warmup_levels", mode="before")
     @classmethod
@@ -99,6 +127,35 @@ class PolicyConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class HeaderMatchConfig(BaseModel):
+    """Route requests whose header equals a value to one version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header: str
+    value: str
+    version: str
+
+
+class VersionRouteConfig(BaseModel):
+    """How one model's traffic is split over its versions: by weight (canary) and by header."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: dict[str, float] = Field(default_factory=dict, description="version -> share, e.g. {v1: 90, v2: 10}")
+    header: str = Field("X-Model-Version", description="a request naming a version in this header gets it")
+    match: list[HeaderMatchConfig] = Field(default_factory=list, description="header rules, first match wins")
+
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(weight < 0 for weight in value.values()):
+            raise ValueError("version weights must not be negative")
+        if value and not any(weight > 0 for weight in value.values()):
+            raise ValueError("at least one version weight must be positive")
+        return value
+
+
 class GatewaySettings(BaseSettings):
     """How the gateway listens and reaches its workers."""
 
@@ -106,6 +163,9 @@ class GatewaySettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address the HTTP server binds")
     port: int = Field(8000, ge=0, le=65535, description="HTTP/1.1 + HTTP/2 (h2c) port")
+    grpc_port: int | None = Field(
+        None, ge=1, le=65535, description="OIP v2 gRPC port (inference.GRPCInferenceService) [off]"
+    )
     backends: list[str] = Field(default_factory=list, description="worker addresses HOST:PORT[@WEIGHT|@auto]")
     auto_weights: bool = Field(False, description="weigh backends without @WEIGHT by measured throughput")
     policy: str = Field("round_robin", description="load-balancing policy for models without their own")
@@ -162,8 +222,33 @@ class GatewaySettings(BaseSettings):
     hedge: bool = Field(False, description="send a second attempt when the first is slower than the pool's p95")
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="lowest level logged")
+    discovery: list[str] = Field(
+        default_factory=list, description="more backend sources: redis://HOST:PORT, file:///PATH.yaml, dns://NAME:PORT"
+    )
+    discovery_poll_s: float = Field(1.0, gt=0, description="how often file, Redis and DNS sources are read")
+    versions: dict[str, VersionRouteConfig] = Field(
+        default_factory=dict, description="per model: version split and header routing (hot-reloaded from --config)"
+    )
+    version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
+    config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
+    broker: str | None = Field(
+        None, description="async jobs: redis://HOST:PORT/DB (Redis Streams) or amqp://USER:PASS@HOST:PORT/ (RabbitMQ)"
+    )
+    job_store: str | None = Field(
+        None, description="Redis URL for job state and results (default: the redis:// broker, else local Redis)"
+    )
+    job_namespace: str = Field("depthserve", description="prefix of the jobs' Redis keys and RabbitMQ queues")
+    job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
+    job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
+    job_visibility_timeout_s: float = Field(
+        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
+    )
+    job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
+    job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
 
-    @field_validator("backends", mode="before")
+    @field_validator("backends", "discovery", mode="before")
     @classmethod
     def _split_backends(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import httpx
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def _load_cells(backend: dict[str, Any]) -> list[str]:
@@ -65,6 +70,50 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
             *_load_cells(backend),
         )
     return table
+
+
+def sparkline(values: list[float | None], width: int = 60) -> str:
+    """Draw the last `width` values as block characters scaled to their maximum (gaps as spaces)."""
+    recent = values[-width:]
+    top = max((v for v in recent if v is not None), default=0.0)
+    if top <= 0:
+        return " " * len(recent) if any(v is None for v in recent) else SPARKS[0] * len(recent)
+    return "".join(" " if v is None else SPARKS[min(len(SPARKS) - 1, int(v / top * len(SPARKS)))] for v in recent)
+
+
+def history_text(history: dict[str, Any]) -> Text:
+    """Two lines: QPS and p99 now, with their recent history as sparklines."""
+    points = history.get("points", [])
+    last = points[-1] if points else {}
+    qps = [p["qps"] for p in points]
+    p99 = [p["p99_ms"] for p in points]
+    text = Text()
+    text.append(f"QPS {last.get('qps', 0.0):8.1f}  ", style="bold")
+    text.append(sparkline(qps), style="green")
+    now_p99 = last.get("p99_ms")
+    text.append(f"\np99 {'-' if now_p99 is None else f'{now_p99:.1f}':>5} ms ", style="bold")
+    text.append(sparkline(p99), style="magenta")
+    return text
+
+
+def watch_status(url: str, interval_s: float = 2.0) -> int:
+    """Redraw the cluster table with QPS and p99 sparklines every `interval_s` until Ctrl-C; return an exit code."""
+    base = url.rstrip("/")
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    window = max(1, round(interval_s))
+    try:
+        with httpx.Client(timeout=5.0) as client, Live(console=console, auto_refresh=False) as live:
+            while True:
+                try:
+                    cluster = client.get(f"{base}/v1/cluster").raise_for_status().json()
+                    history = client.get(f"{base}/v1/cluster/history", params={"window_s": window}).raise_for_status()
+                    stamp = Text(f"{base} · {time.strftime('%H:%M:%S')} · Ctrl-C to stop", style="dim")
+                    live.update(Group(cluster_table(cluster), history_text(history.json()), stamp), refresh=True)
+                except httpx.HTTPError as exc:
+                    live.update(Text(f"cannot read {base}/v1/cluster: {exc}", style="red"), refresh=True)
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return 0
 
 
 def show_status(url: str) -> int:

@@ -36,11 +36,16 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """What a policy may know about a request: its model, headers (lower-case names) and client address."""
+    """What a policy may know about a request: its model, headers (lower-case names) and client address.
+
+    `version` is the model version the request names itself (OIP `/versions/{v}`); "" lets the
+    gateway's version split choose.
+    """
 
     model: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
     client: str = ""
+    version: str = ""
 
 
 class Policy(Protocol):

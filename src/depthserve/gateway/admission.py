@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 from depthserve.gateway.errors import GatewayError
+from depthserve.telemetry.buckets import BucketCounts
+from depthserve.telemetry.tracing import span
 
 PRIORITIES = ("high", "normal", "low")  # served in this order; shed from the end
 _RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
@@ -61,6 +63,7 @@ class AdmissionController:
         self.admitted = 0  # requests that got a slot and ran
         self.shed = 0  # waiters pushed out by a higher-priority arrival (also counted in rejected)
         self.rejected: Counter[str] = Counter()  # by GatewayError reason
+        self.wait_seconds = BucketCounts()  # how long admitted requests waited for their slot, for metrics
 
     @property
     def queued(self) -> dict[str, int]:
@@ -94,8 +97,11 @@ class AdmissionController:
 
     @asynccontextmanager
     async def _admission(self, model: str, deadline: float, priority: str) -> AsyncIterator[None]:
-        await self._acquire(model, deadline, priority)
+        asked = self._clock()
+        with span("gateway.admission", model=model, priority=priority):
+            await self._acquire(model, deadline, priority)
         self.admitted += 1
+        self.wait_seconds.observe(self._clock() - asked)
         try:
             yield
         finally:

@@ -8,17 +8,32 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from depthserve.balancer import make_policy
+from depthserve.discovery.urls import check_url
+from depthserve.gateway import discovery_sync
 from depthserve.gateway.backend_spec import parse_backend
 from depthserve.gateway.control_routes import cluster, drain, guarded, healthz, readyz
+from depthserve.gateway.dashboard import observability_routes
 from depthserve.gateway.depth_route import DepthEndpoint
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.edge import Edge
+from depthserve.gateway.forwarding import Forwarder
+from depthserve.gateway.jobs_routes import job_routes
+from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
+from depthserve.gateway.oip_grpc import start_grpc
+from depthserve.gateway.oip_rest import oip_routes
+from depthserve.gateway.oip_service import OipService
 from depthserve.gateway.pool import BackendPool
+from depthserve.jobs.broker import broker_kind
+from depthserve.jobs.executors import gateway_executor
+from depthserve.jobs.service import JobService
 from depthserve.settings import GatewaySettings
+from depthserve.telemetry.logs import configure_logging
+from depthserve.telemetry.tracing import configure_tracing
 
 SETTINGS_ENV = "DEPTHSERVE_INTERNAL_GATEWAY_JSON"
 
@@ -27,6 +42,8 @@ def check_settings(settings: GatewaySettings) -> None:
     """Fail early, with the reason, on backend specs or policies that would fail inside the server."""
     for text in settings.backends:
         parse_backend(text)
+    for url in settings.discovery:
+        check_url(url)
     make_policy(settings.policy, settings.policy_options)
     for model, policy in settings.policies.items():
         try:
@@ -34,6 +51,7 @@ def check_settings(settings: GatewaySettings) -> None:
         except ValueError as exc:
             raise ValueError(f"policy for model {model!r}: {exc}") from None
     Edge(settings)  # keys file, rate limits and admission limits parse
+    broker_kind(settings.broker)  # a jobs broker URL names redis:// or amqp://
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key, or neither")
     if settings.tls_key is not None and b"BEGIN PRIVATE KEY" not in settings.tls_key.read_bytes():
@@ -65,13 +83,25 @@ def create_app(settings: GatewaySettings) -> FastPath:
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
     dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
     edge = Edge(settings)
+    forwarder = Forwarder(settings, dispatcher, edge)
+    oip = OipService(pool, dispatcher, forwarder)
+    metrics = GatewayMetrics(settings, pool, dispatcher, edge)
+    jobs = JobService.from_settings(settings, gateway_executor(dispatcher))
+    metrics.jobs_source = jobs.store.queued  # depthserve_gateway_jobs_queued / _oldest_age_seconds
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await pool.start()
+        following = discovery_sync.start(pool, settings)  # membership and version routes change at run time
+        await jobs.start()
+        grpc_server = await start_grpc(oip, edge, metrics)  # OIP gRPC shares this event loop with the HTTP app
         try:
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=1.0)
+            await jobs.close()
+            await discovery_sync.stop(following)
             await pool.close()
 
     app = Starlette(
@@ -80,16 +110,26 @@ def create_app(settings: GatewaySettings) -> FastPath:
             Route("/readyz", guarded(readyz, always=False)),
             Route("/v1/cluster", guarded(cluster, always=False)),
             Route("/v1/cluster/{backend}/{action}", guarded(drain, always=True), methods=["POST"]),
+            *observability_routes(),
+            *job_routes(settings, jobs, edge),
+            *oip_routes(oip),
         ],
+        middleware=[Middleware(RequestMetrics, metrics=metrics)],
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.pool = pool
     app.state.dispatcher = dispatcher
     app.state.edge = edge
-    return FastPath({"/v1/depth": DepthEndpoint(settings, dispatcher, edge)}, app)
+    app.state.metrics = metrics
+    app.state.jobs = jobs
+    app.state.oip = oip
+    return FastPath({"/v1/depth": RequestMetrics(DepthEndpoint(settings, forwarder), metrics)}, app)
 
 
 def app_from_env() -> FastPath:
     """Factory granian calls in its worker process; settings travel in an environment variable."""
-    return create_app(GatewaySettings(**json.loads(os.environ[SETTINGS_ENV])))
+    settings = GatewaySettings(**json.loads(os.environ[SETTINGS_ENV]))
+    configure_logging("gateway", settings.log_format, settings.log_level)
+    configure_tracing("depthserve-gateway")
+    return create_app(settings)

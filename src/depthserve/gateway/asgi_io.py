@@ -111,3 +111,10 @@ async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
     """Send a GatewayError as `{"error", "reason"}` JSON with Retry-After or WWW-Authenticate where they apply."""
     body = json.dumps({"error": error.message, "reason": error.reason}).encode()
     await send_bytes(send, error.status, body, "application/json", error.headers(request_id))
+
+
+async def send_failure(scope: Scope, receive: Receive, send: Send, error: GatewayError, request_id: str) -> None:
+    """Answer a refused request; over HTTP/2, first drain an upload nobody read, so the client sees the answer."""
+    if scope.get("http_version") == "2" and not body_started(scope):
+        await drain(receive, 0, EARLY_DRAIN_LIMIT)
+    await send_error(send, error, request_id)

@@ -12,6 +12,7 @@ from depthserve.gateway.backend_health import BackendHealth
 from depthserve.gateway.backend_spec import BackendSpec
 from depthserve.gateway.backend_stats import BackendStats
 from depthserve.protocol.load_report import LoadReport
+from depthserve.telemetry.tracing import client_interceptors
 
 
 def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
@@ -39,16 +40,20 @@ class Backend:
         self.spec = spec
         self.address = spec.address
         options = channel_options(max_message_mb)
+        interceptors = client_interceptors()  # none unless tracing is on
         if credentials is None:
-            self.channel = grpc.aio.insecure_channel(spec.address, options=options)
+            self.channel = grpc.aio.insecure_channel(spec.address, options=options, interceptors=interceptors)
         else:
-            self.channel = grpc.aio.secure_channel(spec.address, credentials, options=options)
+            self.channel = grpc.aio.secure_channel(
+                spec.address, credentials, options=options, interceptors=interceptors
+            )
         self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.health = BackendHealth()
         self.stats = stats
         self.load: LoadReport | None = None
         self.load_at = float("-inf")  # gateway clock (monotonic) when the report arrived
+        self.leaving = False  # discovery removed it: no new requests; closed once in-flight ones finish
 
     def record_load(self, load: LoadReport | None, now: float) -> None:
         """Keep the newest load report and when it arrived (the gateway's clock, immune to skew)."""
@@ -63,9 +68,15 @@ class Backend:
     def describe(self, now: float, max_age_s: float, weight: float) -> dict[str, object]:
         """Summarise this backend for /v1/cluster."""
         age = now - self.load_at if self.load is not None else None
+        spec = self.spec
         return {
             "address": self.address,
-            "state": self.health.state(now),
+            "state": "leaving" if self.leaving else self.health.state(now),
+            "model": spec.model,
+            "version": spec.version,
+            "source": spec.source,
+            "id": spec.id,
+            "hardware": spec.hardware,
             "times_ejected": self.health.times_ejected,
             "weight": round(weight, 3),
             "weight_mode": "auto" if self.spec.auto else "static",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from depthserve.telemetry.buckets import BucketCounts
 
 
 @dataclass
@@ -24,6 +26,7 @@ class BackendStats:
     peak_ewma_ms: float = 0.0
     error_rate: float = 0.0
     _last_sample_at: float | None = None
+    latency: BucketCounts = field(default_factory=BucketCounts)  # successful call times, seconds, for metrics
 
     def started(self) -> None:
         """Count a call about to be sent."""
@@ -43,6 +46,7 @@ class BackendStats:
             return
         self.served += 1
         self.consecutive_errors = 0
+        self.latency.observe(latency_ms / 1000.0)
         if self._last_sample_at is None:
             self.ewma_ms = self.peak_ewma_ms = latency_ms
         else:

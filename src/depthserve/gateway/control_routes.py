@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -11,6 +12,7 @@ from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.pool import BackendPool
+from depthserve.jobs.errors import JobError
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -65,9 +67,22 @@ async def cluster(request: Request) -> Response:
             "retries_refused": dispatcher.budget.refused,
             "hedges": dispatcher.hedges,
             "waiting_for_backend": state.pool.slots.waiting,
+            "versions": state.pool.routes.describe(),
             "backends": state.pool.describe(),
+            "jobs": await job_stats(state),
         }
     )
+
+
+async def job_stats(state: Any) -> dict[str, Any]:
+    """Queue depth and oldest queued job age (for autoscaling); the error instead if the broker is down."""
+    jobs = getattr(state, "jobs", None)
+    if jobs is None:
+        return {}
+    try:
+        return dict(await jobs.stats())
+    except JobError as exc:
+        return {**jobs.last_stats, "error": str(exc)}
 
 
 async def drain(request: Request) -> Response:

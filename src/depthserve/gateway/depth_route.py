@@ -5,32 +5,24 @@ A bare ASGI app (the gateway's hot path); only multipart bodies go through Starl
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
+from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.balancer.types import RequestInfo
 from depthserve.codec import CodecError, ImageTooLarge, format_from_accept, image_size, parse_intrinsics
-from depthserve.gateway.asgi_io import (
-    EARLY_DRAIN_LIMIT,
-    BodyReader,
-    body_started,
-    drain,
-    header_map,
-    send_bytes,
-    send_error,
-)
-from depthserve.gateway.dispatcher import Dispatcher
-from depthserve.gateway.edge import Edge
+from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error, send_failure
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.forwarding import Forwarder, clean_request_id
+from depthserve.gateway.metrics import MODEL_KEY
 from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, build_request, read_encoded_result
 from depthserve.settings import GatewaySettings
+from depthserve.telemetry.logs import REQUEST_ID
+from depthserve.telemetry.tracing import span
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 log = logging.getLogger("depthserve.gateway")
@@ -144,71 +136,35 @@ async def parse_depth_upload(
     )
 
 
-def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> float:
-    """The request's deadline: `X-Request-Timeout` seconds if given (capped), else the configured default."""
-    raw = headers.get("x-request-timeout")
-    if raw is None:
-        return settings.request_timeout_s
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= settings.max_request_timeout_s:
-        raise GatewayError(
-            400,
-            "invalid_request",
-            f"X-Request-Timeout must be seconds in (0, {settings.max_request_timeout_s:g}], got {raw!r}",
-        )
-    return value
-
-
-def clean_request_id(given: str) -> str:
-    """Keep a client's request id only if it is safe as gRPC metadata (printable ASCII, <= 128), else make one."""
-    if given and len(given) <= 128 and given.isascii() and given.isprintable():
-        return given
-    return uuid.uuid4().hex
-
-
 class DepthEndpoint:
     """The ASGI app behind POST /v1/depth; errors become JSON with a reason code, never a traceback."""
 
-    def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher, edge: Edge) -> None:
+    def __init__(self, settings: GatewaySettings, forwarder: Forwarder) -> None:
         self._settings = settings
-        self._dispatcher = dispatcher
-        self._edge = edge
+        self._forwarder = forwarder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
         request_id = clean_request_id(headers.get("x-request-id", ""))
+        REQUEST_ID.set(request_id)  # every log line about this request carries its id
         try:
             if scope["method"] != "POST":
                 raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
             client = scope.get("client")
-            self._edge.caller(headers, client[0] if client else None)
             query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
-            model = query.get("model") or self._settings.model
-            timeout_s = request_timeout(headers, self._settings)
-            deadline = self._edge.clock() + timeout_s
-            async with self._edge.admission.admit(model, deadline, self._edge.priority(headers)):
-                try:
-                    upload_s = min(self._settings.upload_timeout_s, max(0.0, deadline - self._edge.clock()))
-                    async with asyncio.timeout(upload_s):
-                        inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
-                except TimeoutError:
-                    raise GatewayError(
-                        408, "upload_timeout", f"request body not received within {self._settings.upload_timeout_s:g}s"
-                    ) from None
-                info = RequestInfo(model=model, headers=headers, client=client[0] if client else "")
-                request = build_request(model, inputs, request_id=request_id)
-                left = deadline - self._edge.clock()
-                if left <= 0:
-                    raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
-                reply, backend = await self._dispatcher.infer(request, info, left, request_id, timeout_s)
+            model = scope[MODEL_KEY] = query.get("model") or self._settings.model
+
+            async def build() -> pb.ModelInferRequest:
+                inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
+                return build_request(model, inputs, request_id=request_id)
+
+            with span("gateway.request", request_id, model=model):
+                reply, backend = await self._forwarder.forward(
+                    model, headers, client[0] if client else None, request_id, None, build
+                )
             data, media_type = read_encoded_result(reply)
         except GatewayError as error:
-            if scope.get("http_version") == "2" and not body_started(scope):
-                await drain(receive, 0, EARLY_DRAIN_LIMIT)  # so HTTP/2 clients see this answer, not a reset
-            await send_error(send, error, request_id)
+            await send_failure(scope, receive, send, error, request_id)
             return
         except Exception:  # noqa: BLE001 - the last line of defence: a clear 500, the process stays up
             log.exception("request %s failed", request_id)

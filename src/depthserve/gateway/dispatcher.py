@@ -118,6 +118,10 @@ class Dispatcher:
         self.latencies.add(latency_ms)
         return response
 
+    async def _gone(self, address: str) -> pb.ModelInferResponse:
+        """Fail an attempt on a backend that left the pool after the policy picked it (retriable)."""
+        raise AttemptFailed(GatewayError(503, "backend_unavailable", f"backend {address} left the pool"), True)
+
     def _never_ran(self, backend: Backend) -> None:
         """Undo the in-flight count of an attempt cancelled before it started."""
         backend.stats.abandoned()
@@ -129,7 +133,7 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         returning = False
         while True:
-            snapshot = self.pool.snapshot()
+            snapshot = self.pool.snapshot_for(info)  # the pool of the model and version asked for
             if cap and snapshot.backends:
                 free = tuple(view for view in snapshot.backends if view.in_flight < cap)
                 if not free or (not returning and self.pool.slots.has_waiters()):
@@ -172,7 +176,10 @@ class Dispatcher:
             is_retry = index > 0
             left = deadline - loop.time()
             per_try = min(left, self.settings.per_try_timeout_s)
-            backend = self.pool.backends[candidates[index]]
+            backend = self.pool.backends.get(candidates[index])
+            if backend is None:  # discovery removed it since the pick: an attempt that fails at once, retriable
+                pending[asyncio.ensure_future(self._gone(candidates[index]))] = (candidates[index], is_retry)
+                return
             backend.stats.started()  # counted now, so requests choosing in the same instant see it
             began = [False]
             task = asyncio.ensure_future(self._attempt(backend, request, per_try, left, request_id, began))

@@ -54,6 +54,28 @@ def from_rpc_error(error: grpc.aio.AioRpcError, backend: str) -> GatewayError:
     return GatewayError(status, reason, f"backend {backend}: {details}", retry_after)
 
 
+_CODES: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def grpc_status(error: GatewayError) -> grpc.StatusCode:
+    """The gRPC status a gateway gRPC client gets for an error a REST client would get as `error.status`."""
+    if error.status in _CODES:
+        return _CODES[error.status]
+    return grpc.StatusCode.INVALID_ARGUMENT if 400 <= error.status < 500 else grpc.StatusCode.INTERNAL
+
+
 def no_backend(model: str) -> GatewayError:
     """The error for a request that finds no ready backend."""
     return GatewayError(503, "no_backend", f"no ready backend for model {model!r}", retry_after=1.0)

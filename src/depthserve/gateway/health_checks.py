@@ -37,8 +37,15 @@ class HealthChecker:
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float]) -> None:
         self._settings = settings
         self._clock = clock
-        self._probe = probe_request(settings.model)
+        self._probes: dict[str, pb.ModelInferRequest] = {}  # per model name, built once
         self._rounds: dict[str, int] = {}
+
+    def _probe_for(self, backend: Backend) -> pb.ModelInferRequest:
+        """The probe in the model the backend serves (a backend of another model would answer NOT_FOUND)."""
+        model = backend.spec.model or self._settings.model
+        if model not in self._probes:
+            self._probes[model] = probe_request(model)
+        return self._probes[model]
 
     def _wants_inference(self, backend: Backend, now: float) -> bool:
         """Every Nth round, and every round while anything is in doubt (a failed check, not ready, ejected)."""
@@ -67,7 +74,7 @@ class HealthChecker:
         if not self._wants_inference(backend, now):
             return "ok"
         try:
-            call = backend.stub.ModelInfer(self._probe, timeout=self._settings.probe_timeout_s)
+            call = backend.stub.ModelInfer(self._probe_for(backend), timeout=self._settings.probe_timeout_s)
             await call
             backend.record_load(from_metadata(await call.trailing_metadata()), self._clock())
         except grpc.aio.AioRpcError as error:

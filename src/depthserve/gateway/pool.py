@@ -3,6 +3,10 @@
 The eligible set is derived from health flags (active checks, passive ejection, operator drain);
 when too many backends are ejected, ejections are ignored (panic mode) rather than overloading
 the rest. Newly ready backends ramp up their weight over `slow_start_s`.
+
+Membership changes at run time: discovery calls `add` and `remove` (a removed backend takes no new
+requests and its channel closes once its in-flight requests are done). Each backend is tagged with
+the model and version it serves; `snapshot_for` gives one model's (and version's) pool.
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ from collections.abc import Callable
 
 import grpc
 
-from depthserve.balancer.types import BackendView, Snapshot
+from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
 from depthserve.gateway.backend import Backend
 from depthserve.gateway.backend_slots import SlotQueue
-from depthserve.gateway.backend_spec import parse_backend
+from depthserve.gateway.backend_spec import BackendSpec, parse_backend
 from depthserve.gateway.backend_stats import BackendStats
+from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.health_checks import HealthChecker
 from depthserve.gateway.outlier import OutlierDetector
+from depthserve.gateway.version_split import VersionSplitter
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
 SLOW_START_FLOOR = 0.1  # a backend in slow start gets at least this share of its weight
+RETIRE_POLL_S = 0.05  # how often a removed backend is checked for in-flight requests left
 
 
 def backend_credentials(settings: GatewaySettings) -> grpc.ChannelCredentials | None:
@@ -44,11 +51,13 @@ class BackendPool:
         self._settings = settings
         self.clock = clock
         self.backends: dict[str, Backend] = {}
-        credentials = backend_credentials(settings)
+        self._credentials = backend_credentials(settings)
+        self._checks: dict[str, asyncio.Task[None]] = {}  # one health-check task per backend, once started
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._started = False
+        self.routes = VersionSplitter.from_config(settings.versions, settings.version_seed)
         for text in settings.backends:
-            spec = parse_backend(text, default_auto=settings.auto_weights)
-            stats = BackendStats(alpha=settings.ewma_alpha, peak_decay_s=settings.peak_decay_s)
-            self.backends[spec.address] = Backend(spec, settings.max_message_mb, stats, credentials)
+            self.add(parse_backend(text, default_auto=settings.auto_weights))
         self.checker = HealthChecker(settings, clock)
         self.outliers = OutlierDetector(
             settings.consecutive_errors,
@@ -57,7 +66,47 @@ class BackendPool:
             settings.max_ejection_percent,
         )
         self.slots = SlotQueue()  # requests waiting for a backend under max_outstanding_per_backend
-        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, spec: BackendSpec) -> Backend:
+        """Add a backend (checked before it takes traffic), or update the tags and weight of a known one."""
+        backend = self.backends.get(spec.address)
+        if backend is None:
+            stats = BackendStats(alpha=self._settings.ewma_alpha, peak_decay_s=self._settings.peak_decay_s)
+            backend = Backend(spec, self._settings.max_message_mb, stats, self._credentials)
+            self.backends[spec.address] = backend
+            log.info("backend %s added (%s, model %s, version %s)", spec.address, spec.source, spec.model, spec.version)
+        elif backend.spec != spec or backend.leaving:
+            log.info("backend %s updated (%s)", spec.address, spec)
+            backend.spec = spec
+            backend.leaving = False
+        if self._started and spec.address not in self._checks:
+            self._checks[spec.address] = asyncio.create_task(self.checker.run(backend), name=f"health {spec.address}")
+        return backend
+
+    def remove(self, address: str) -> None:
+        """Take a backend out: no new requests at once; its channel closes after its in-flight ones finish."""
+        backend = self.backends.get(address)
+        if backend is None or backend.leaving:
+            return
+        backend.leaving = True
+        check = self._checks.pop(address, None)
+        if check is not None:
+            check.cancel()
+        log.info("backend %s leaving (%d in flight)", address, backend.stats.in_flight)
+        task = asyncio.create_task(self._retire(backend), name=f"retire {address}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, backend: Backend) -> None:
+        """Close a leaving backend once nothing is in flight there (or the longest request deadline passed)."""
+        give_up = self.clock() + self._settings.max_request_timeout_s
+        while backend.stats.in_flight > 0 and self.clock() < give_up and backend.leaving:
+            await asyncio.sleep(RETIRE_POLL_S)
+        if not backend.leaving or self.backends.get(backend.address) is not backend:
+            return  # added back meanwhile: it stays
+        del self.backends[backend.address]
+        await backend.close()
+        log.info("backend %s removed", backend.address)
 
     def weights(self, now: float) -> dict[str, float]:
         """Give each backend's weight: static, or measured capacity (median of known ones if unknown)."""
@@ -79,21 +128,31 @@ class BackendPool:
             return 1.0
         return max(SLOW_START_FLOOR, min(1.0, (now - backend.health.ready_since) / window))
 
-    def eligible(self, now: float) -> list[Backend]:
-        """Backends that may take traffic: healthy and not drained, and not ejected unless in panic."""
-        available = [b for b in self.backends.values() if b.health.healthy and not b.health.drained]
+    def eligible(self, now: float, model: str | None = None, version: str | None = None) -> list[Backend]:
+        """Backends that may take traffic: healthy and not drained, and not ejected unless in panic.
+
+        With `model` (and `version`), only that pool's backends, and panic is judged within the pool.
+        """
+        available = [
+            b
+            for b in self.backends.values()
+            if b.health.healthy
+            and not b.health.drained
+            and not b.leaving
+            and (model is None or b.spec.serves(model, version))
+        ]
         unejected = [b for b in available if not b.health.ejected(now)]
         if available and len(unejected) * 100 < len(available) * self._settings.panic_threshold_percent:
             return available  # panic: too many ejected; spreading load beats overloading the rest
         return unejected
 
-    def snapshot(self) -> Snapshot:
-        """Give the eligible backends as immutable views, for a policy to pick from."""
+    def snapshot(self, model: str | None = None, version: str | None = None) -> Snapshot:
+        """Give the eligible backends (of one model's pool, when given) as immutable views for a policy."""
         now = self.clock()
         max_age = self._settings.max_report_age_s
         weights = self.weights(now)
         views = []
-        for backend in self.eligible(now):
+        for backend in self.eligible(now, model, version):
             stats = backend.stats
             views.append(
                 BackendView(
@@ -107,6 +166,26 @@ class BackendPool:
                 )
             )
         return Snapshot(tuple(views), now)
+
+    def snapshot_for(self, request: RequestInfo) -> Snapshot:
+        """Give the pool a request goes to: its model, and the version it names or the split chooses.
+
+        Raises a 404 GatewayError when no backend at all serves the model or the version named.
+        """
+        members = [b for b in self.backends.values() if not b.leaving and b.spec.serves(request.model)]
+        if not members:
+            if self.backends:
+                known = sorted({b.spec.model for b in self.backends.values() if b.spec.model})
+                raise GatewayError(404, "unknown_model", f"no backend serves model {request.model!r}; known: {known}")
+            return Snapshot((), self.clock())  # nothing discovered yet: no_backend (503), not unknown
+        ready = {b.spec.version for b in self.eligible(self.clock(), request.model) if b.spec.version}
+        version = request.version or self.routes.choose(request.model, ready, request.headers)
+        if version and not any(b.spec.serves(request.model, version) for b in members):
+            known = sorted({b.spec.version for b in members if b.spec.version})
+            raise GatewayError(
+                404, "unknown_version", f"model {request.model!r} has no version {version!r}; known: {known}"
+            )
+        return self.snapshot(request.model, version)
 
     def record_failure(self, backend: Backend) -> None:
         """Let outlier detection look at a backend after a failure on real traffic."""
@@ -135,11 +214,16 @@ class BackendPool:
     async def start(self) -> None:
         """Check every backend once, then keep checking each in its own task."""
         await asyncio.gather(*(self.checker.check(b) for b in self.backends.values()))
-        self._tasks = [asyncio.create_task(self.checker.run(b), name=f"health {a}") for a, b in self.backends.items()]
+        self._started = True
+        for address, backend in self.backends.items():
+            if not backend.leaving and address not in self._checks:
+                self._checks[address] = asyncio.create_task(self.checker.run(backend), name=f"health {address}")
 
     async def close(self) -> None:
-        """Stop health checks and close every channel."""
-        for task in self._tasks:
+        """Stop health checks and removals, and close every channel."""
+        tasks = [*self._checks.values(), *self._retiring]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._checks.clear()
         await asyncio.gather(*(b.close() for b in self.backends.values()))

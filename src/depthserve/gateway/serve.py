@@ -10,6 +10,7 @@ from granian.http import HTTP1Settings, HTTP2Settings
 
 from depthserve.gateway.app import SETTINGS_ENV
 from depthserve.settings import GatewaySettings
+from depthserve.telemetry.logs import granian_log_config
 
 
 def main(settings: GatewaySettings) -> None:
@@ -30,6 +31,7 @@ def main(settings: GatewaySettings) -> None:
         loop=Loops.uvloop,
         workers=1,
         log_access=False,
+        log_dictconfig=granian_log_config(settings.log_format),
         http1_settings=HTTP1Settings(max_buffer_size=max(8192, header_bytes)),
         http2_settings=HTTP2Settings(max_headers_size=header_bytes),
         ssl_cert=settings.tls_cert,

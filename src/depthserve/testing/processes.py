@@ -17,12 +17,15 @@ from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 class Proc:
     """A depthserve child process with its log, stopped by `stop()` or the context manager."""
 
-    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], log: Path, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> None:
+        """Start `depthserve ARGS`; `prefix` runs it through a launcher such as `ip netns exec NS`."""
         self.args = list(args)
         self.log = log
         with log.open("wb") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "depthserve", *args],
+                [*prefix, sys.executable, "-m", "depthserve", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 
 from depthserve.settings import WorkerSettings
+from depthserve.telemetry.buckets import BATCH_SIZE_BOUNDS, BucketCounts
 from depthserve.worker.batch_key import batch_key
 from depthserve.worker.batch_policy import BatchPolicy, GroupView, group_limit, make_policy
 from depthserve.worker.batch_queue import BatchQueue, Waiting
@@ -45,6 +46,8 @@ class Batcher:
         self.max_batch = max_batch
         self.running = 0  # requests in batches on the device
         self.last_batch_size = 0
+        self.batch_sizes = BucketCounts(BATCH_SIZE_BOUNDS)  # for metrics: items per batch started
+        self.batch_seconds = BucketCounts()  # for metrics: device time per batch
         self.clock = clock
         self.stats = stats or BatchStats()
         self._runner = runner
@@ -133,6 +136,7 @@ class Batcher:
             return
         self.running += len(batch)
         self.last_batch_size = len(batch)
+        self.batch_sizes.observe(len(batch))
         task = asyncio.create_task(self._run_batch(batch))
         self._batches.add(task)
         task.add_done_callback(self._batches.discard)
@@ -144,8 +148,10 @@ class Batcher:
                 self._on_computed(len(batch))
                 started = self.clock()
                 results, whole = await compute_batch(self._runner, [item.prepared for item in batch])
+                elapsed = self.clock() - started
+                self.batch_seconds.observe(elapsed)
                 if whole:
-                    self.stats.measured(batch[0].key, len(batch), self.clock() - started)
+                    self.stats.measured(batch[0].key, len(batch), elapsed)
         except Exception as exc:  # noqa: BLE001 - a batcher bug must still answer every caller
             log.exception("batch failed outside the model")
             results = [exc] * len(batch)

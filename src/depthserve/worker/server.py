@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 import time
 
 import grpc
@@ -14,13 +13,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from depthserve.discovery.worker_registration import Registration, hardware_summary, registration_for
+from depthserve.jobs.worker_side import WorkerJobs
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import CachedProbe, read_process
+from depthserve.telemetry.http_exporter import MetricsServer
+from depthserve.telemetry.logs import configure_logging
+from depthserve.telemetry.tracing import configure_tracing
 from depthserve.worker.batcher import make_batcher
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.load import LoadReporter
 from depthserve.worker.memory_guard import MemoryGuard
+from depthserve.worker.metrics import worker_registry
 from depthserve.worker.runners import Runner, make_runner
 from depthserve.worker.servicer import InferenceServicer, WorkerState
 
@@ -70,10 +75,17 @@ class Worker:
         self.health = health_aio.HealthServicer()
         self.server = grpc.aio.server(options=grpc_options(settings.max_message_mb))
         self.memory = MemoryGuard(self.reporter.probe, settings.memory_budget_fraction)
-        servicer = InferenceServicer(settings.name, self.runner, self.batcher, self.state, self.reporter, self.memory)
+        servicer = InferenceServicer(
+            settings.name, self.runner, self.batcher, self.state, self.reporter, self.memory, version=settings.version
+        )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
+        self.jobs = WorkerJobs(settings, servicer, self.batcher) if settings.broker else None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
+        self.registration: Registration | None = None
+        registry = worker_registry(settings, self.state, self.batcher, self.device, self.reporter)
+        port = settings.metrics_port
+        self.metrics = None if port is None else MetricsServer(registry, settings.host, port)
 
     async def start(self) -> None:
         """Bind and start serving (not ready yet), then load and warm the model."""
@@ -85,6 +97,8 @@ class Worker:
             self.port = self.server.add_secure_port(address, credentials)
         await self.health.set("", NOT_SERVING)
         await self.server.start()
+        if self.metrics is not None:  # before loading, so a scrape shows the worker warming up
+            log.info("metrics on http://%s:%d/metrics", self.settings.host, await self.metrics.start())
         started = time.monotonic()
         log.info("loading model %s", self.settings.model)
         await asyncio.to_thread(self.runner.load)
@@ -93,6 +107,12 @@ class Worker:
         self.state.ready = True
         await self.health.set("", SERVING)
         await self.health.set(self.settings.name, SERVING)
+        if self.jobs is not None:
+            await self.jobs.start()  # pull jobs only once warm
+        hardware = hardware_summary(self.settings, self.reporter.probe.sample().mem_total)
+        self.registration = registration_for(self.settings, self.port, hardware)
+        if self.registration is not None:
+            await self.registration.start()  # join the registry only once warm
         log.info(
             "depthserve worker ready on %s:%d (model %s, max batch %d %s, %.1fs)",
             self.settings.host,
@@ -106,11 +126,17 @@ class Worker:
     async def stop(self) -> None:
         """Drain: report NOT_SERVING, serve until gateways stop sending, let in-flight work finish, close."""
         self.state.draining = True
+        if self.registration is not None:
+            await self.registration.stop()  # leave the registry first, so gateways stop sending here
+        if self.jobs is not None:
+            await self.jobs.stop(self.settings.drain_seconds)  # unfinished jobs go back to the broker
         await self.health.enter_graceful_shutdown()
         if self.state.ready:
             await self._drain_notice()
         await self.server.stop(self.settings.drain_seconds)
         self.batcher.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         state = self.state
         log.info(
             "worker on port %d stopped (served %d, failed %d, computed %d, refused before ready %d)",
@@ -154,7 +180,8 @@ def main(settings: WorkerSettings) -> None:
     """Entry point of `depthserve worker`: uvloop, logging, run."""
     import uvloop
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging("worker", settings.log_format, settings.log_level)
+    configure_tracing("depthserve-worker")
     try:
         uvloop.run(run_worker(settings))
     except Exception as exc:  # noqa: BLE001 - a start-up failure ends the process with one clear line

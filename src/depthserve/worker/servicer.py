@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -11,6 +13,9 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve import __version__
 from depthserve.protocol.depth_api import parse_request
+from depthserve.telemetry.buckets import BucketCounts
+from depthserve.telemetry.logs import REQUEST_ID
+from depthserve.telemetry.tracing import active, span
 from depthserve.worker.batcher import Batcher
 from depthserve.worker.encode import cheap_to_encode, encode_response
 from depthserve.worker.errors import ModelNotFound, NotReady, status_for
@@ -18,6 +23,7 @@ from depthserve.worker.load import LoadReporter
 from depthserve.worker.memory_guard import MemoryGuard
 from depthserve.worker.runners.base import Runner
 
+log = logging.getLogger("depthserve.worker")
 MODEL_VERSION = "1"
 _INPUTS = (("image", "BYTES", [-1]), ("depth", "FP32", [-1, -1]), ("intrinsics", "FP32", [3, 3]))
 _OUTPUTS = (("depth", "FP32", [-1, -1]), ("mask", "BOOL", [-1, -1]), ("points", "FP32", [-1, -1, 3]))
@@ -34,10 +40,19 @@ class WorkerState:
     computed: int = 0  # requests that reached the device (an expired one dropped in the queue never does)
     refused_not_ready: int = 0  # requests that arrived before the model was loaded and warm
     last_request_at: float = 0.0  # event-loop time of the newest ModelInfer, to tell when gateways stopped
+    request_seconds: BucketCounts = field(default_factory=BucketCounts)  # successful ModelInfer times, for metrics
 
     def count_computed(self, items: int) -> None:
         """Count the requests of a batch that reached the device."""
         self.computed += items
+
+
+def _request_id(context: grpc.aio.ServicerContext) -> str:
+    """The gateway's `x-request-id` metadata, so worker logs name the same request as the gateway's."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-request-id":
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return ""
 
 
 def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
@@ -55,16 +70,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         state: WorkerState,
         reporter: LoadReporter,
         memory: MemoryGuard,
+        version: str = MODEL_VERSION,
     ) -> None:
         self._memory = memory
         self._name = model_name
+        self._version = version  # the version this worker registers and answers for
         self._runner = runner
         self._batcher = batcher
         self._state = state
         self._reporter = reporter
 
     def _serves(self, name: str, version: str) -> bool:
-        return name == self._name and version in ("", MODEL_VERSION)
+        return name == self._name and version in ("", self._version)
 
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
@@ -96,7 +113,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             )
         return pb.ModelMetadataResponse(
             name=self._name,
-            versions=[MODEL_VERSION],
+            versions=[self._version],
             platform=self._runner.platform,
             inputs=_tensor_metadata(_INPUTS),
             outputs=_tensor_metadata(_OUTPUTS),
@@ -105,20 +122,35 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
+        started = time.perf_counter()
+        request_id = _request_id(context)
+        REQUEST_ID.set(request_id)  # each RPC runs in its own task, so this reaches only this request's logs
         try:
-            response = await self._infer(request, context)
+            carrier = dict(context.invocation_metadata() or ()) if active() else None
+            with span("worker.infer", request_id, carrier):
+                response = await self._infer(request, context)
         except asyncio.CancelledError:
             self._state.failed += 1
+            log.debug("ModelInfer cancelled (the caller gave up)")
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is translated at this one boundary
             self._state.failed += 1
             code, message = status_for(exc)
+            level = logging.WARNING if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) else logging.DEBUG
+            log.log(level, "ModelInfer failed: %s %s", code.name, message)
             await context.abort(code, message, trailing_metadata=self._reporter.metadata())
         self._state.served += 1
+        elapsed = time.perf_counter() - started
+        self._state.request_seconds.observe(elapsed)
+        log.debug("ModelInfer ok in %.1f ms", elapsed * 1000.0, extra={"duration_ms": round(elapsed * 1000.0, 3)})
         context.set_trailing_metadata(self._reporter.metadata())
         return response
 
     async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        return await self.infer(request, context.time_remaining())
+
+    async def infer(self, request: pb.ModelInferRequest, remaining_s: float | None) -> pb.ModelInferResponse:
+        """Run one request through decode, batcher, model and encode: gRPC calls and async jobs share this path."""
         if not self._serves(request.model_name, request.model_version):
             raise ModelNotFound(f"unknown model {request.model_name!r} version {request.model_version!r}")
         if not self._state.ready:
@@ -133,8 +165,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         need = self._memory.estimate(prepared.height, prepared.width)
         self._memory.reserve(need)
         try:
-            remaining = context.time_remaining()
-            deadline = None if remaining is None else self._batcher.clock() + remaining
+            deadline = None if remaining_s is None else self._batcher.clock() + remaining_s
             outputs = await self._batcher.run(prepared, deadline)
         finally:
             self._memory.release(need)
