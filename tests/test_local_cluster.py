@@ -11,15 +11,17 @@ import time
 
 import httpx
 import numpy as np
+import tritonclient.grpc
 
 from depthserve.probes import free_port
 from depthserve.testing.processes import descendants, pid_alive
 
 
 def test_up_serves_and_stops_without_orphans(rgb_png: bytes) -> None:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     up = subprocess.Popen(
-        [sys.executable, "-m", "depthserve", "up", "--workers", "2", "--port", str(port)],
+        [sys.executable, "-m", "depthserve", "up", "--workers", "2", "--port", str(port)]
+        + ["--grpc-port", str(grpc_port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -40,6 +42,8 @@ def test_up_serves_and_stops_without_orphans(rgb_png: bytes) -> None:
         assert np.load(io.BytesIO(reply.content)).shape == (48, 64)
         cluster = httpx.get(f"http://127.0.0.1:{port}/v1/cluster").json()
         assert [b["state"] for b in cluster["backends"]] == ["ready", "ready"]
+        oip = tritonclient.grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")  # --grpc-port reaches the gateway
+        assert oip.is_server_ready() and oip.is_model_ready("lingbot-depth")
 
         up.send_signal(signal.SIGTERM)
         assert up.wait(30) == 0

@@ -156,6 +156,7 @@ def up(
     broker: Annotated[str | None, typer.Option(help="jobs broker for gateway and workers: redis://, amqp://")] = None,
     log_format: Annotated[str | None, typer.Option(help="gateway and worker logs: text | json [text]")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="also serve OIP gRPC (tritonclient) on this port")] = None,
 ) -> None:
     """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
     import os
@@ -170,6 +171,8 @@ def up(
         if broker is not None:  # without one, the gateway runs jobs itself (in-process, not durable)
             os.environ[f"DEPTHSERVE_{component}_BROKER"] = broker
 
+    if grpc_port is not None:
+        os.environ["DEPTHSERVE_GATEWAY_GRPC_PORT"] = str(grpc_port)
     cluster = LocalCluster(
         workers=workers, model=model, checkpoint=checkpoint, port=port, policy=policy, threads=threads
     )

@@ -27,7 +27,34 @@ def _split_ints(value: Any) -> Any:
     return value
 
 
-class WorkerSettings(BaseSettings):
+class LogFields(BaseModel):
+    """Logging settings the gateway and the workers share."""
+
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="lowest level logged (debug adds one line per request, with its request id)"
+    )
+
+
+class JobFields(BaseModel):
+    """Async-job settings the gateway and the workers share (broker, job store, attempts, lifetimes)."""
+
+    broker: str | None = Field(
+        None, description="async jobs: redis://HOST:PORT/DB (Redis Streams) or amqp://USER:PASS@HOST:PORT/ (RabbitMQ)"
+    )
+    job_store: str | None = Field(
+        None, description="Redis URL for job state and results (default: the redis:// broker, else local Redis)"
+    )
+    job_namespace: str = Field("depthserve", description="prefix of the jobs' Redis keys and RabbitMQ queues")
+    job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
+    job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
+    job_visibility_timeout_s: float = Field(
+        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
+    )
+    job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
+
+
+class WorkerSettings(BaseSettings, LogFields, JobFields):
     """How a worker serves its model over gRPC."""
 
     model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_WORKER_", extra="forbid")
@@ -79,10 +106,6 @@ class WorkerSettings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="HTTP port serving Prometheus /metrics (0 picks a free one; unset = off)"
     )
-    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each")
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="lowest level logged (debug adds one line per request, with its request id)"
-    )
     version: str = Field("1", description="model version this worker serves, as registered for gateways")
     discovery: str | None = Field(None, description="registry to join after warm-up: redis://HOST:PORT[/DB]")
     advertise: str | None = Field(
@@ -90,19 +113,6 @@ class WorkerSettings(BaseSettings):
     )
     weight: float | None = Field(None, gt=0, description="static weight registered for gateways (default: auto)")
     registry_ttl_s: float = Field(5.0, gt=0, description="registry entry lifetime; heartbeats renew it every third")
-    broker: str | None = Field(
-        None, description="async jobs: redis://HOST:PORT/DB (Redis Streams) or amqp://USER:PASS@HOST:PORT/ (RabbitMQ)"
-    )
-    job_store: str | None = Field(
-        None, description="Redis URL for job state and results (default: the redis:// broker, else local Redis)"
-    )
-    job_namespace: str = Field("depthserve", description="prefix of the jobs' Redis keys and RabbitMQ queues")
-    job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
-    job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
-    job_visibility_timeout_s: float = Field(
-        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
-    )
-    job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
     job_concurrency: int = Field(4, ge=1, description="jobs this worker pulls and runs at once (its prefetch)")
 
     @field_validator("warmup_levels", mode="before")
@@ -156,7 +166,7 @@ class VersionRouteConfig(BaseModel):
         return value
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(BaseSettings, LogFields, JobFields):
     """How the gateway listens and reaches its workers."""
 
     model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_GATEWAY_", extra="forbid")
@@ -222,8 +232,6 @@ class GatewaySettings(BaseSettings):
     hedge: bool = Field(False, description="send a second attempt when the first is slower than the pool's p95")
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
-    log_format: Literal["text", "json"] = Field("text", description="log lines as text or one JSON object each")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="lowest level logged")
     discovery: list[str] = Field(
         default_factory=list, description="more backend sources: redis://HOST:PORT, file:///PATH.yaml, dns://NAME:PORT"
     )
@@ -233,19 +241,6 @@ class GatewaySettings(BaseSettings):
     )
     version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
     config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
-    broker: str | None = Field(
-        None, description="async jobs: redis://HOST:PORT/DB (Redis Streams) or amqp://USER:PASS@HOST:PORT/ (RabbitMQ)"
-    )
-    job_store: str | None = Field(
-        None, description="Redis URL for job state and results (default: the redis:// broker, else local Redis)"
-    )
-    job_namespace: str = Field("depthserve", description="prefix of the jobs' Redis keys and RabbitMQ queues")
-    job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
-    job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
-    job_visibility_timeout_s: float = Field(
-        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
-    )
-    job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
     job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
 
     @field_validator("backends", "discovery", mode="before")

@@ -10,11 +10,13 @@ from depthserve.balancer.types import RequestInfo, Snapshot
 from depthserve.gateway.backend_spec import BackendSpec
 from depthserve.gateway.discovery_sync import apply
 from depthserve.gateway.dispatcher import Dispatcher
+from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.metrics import GatewayMetrics
 from depthserve.gateway.pool import BackendPool
 from depthserve.protocol.depth_api import DepthInputs, build_request
 from depthserve.settings import GatewaySettings, VersionRouteConfig, WorkerSettings
-from depthserve.testing.fakes import FakeClock
+from depthserve.testing.fakes import FakeClock, FixedOrder
 from depthserve.worker.server import Worker
 
 
@@ -155,3 +157,23 @@ async def test_a_backend_of_another_model_passes_its_health_probe() -> None:
     finally:
         await pool.close()
         await worker.server.stop(0)
+
+
+async def test_a_removed_backend_leaves_nothing_behind_in_metrics_or_checks() -> None:
+    clock = FakeClock()
+    settings = GatewaySettings(backends=["a:1", "b:2"], slow_start_s=0)
+    pool = BackendPool(settings, clock=clock)
+    metrics = GatewayMetrics(settings, pool, Dispatcher(pool, settings, FixedOrder()), Edge(settings))
+    try:
+        metrics.observe("/v1/depth", settings.model, 200, "b:2", 0.01)
+        pool.checker._wants_inference(pool.backends["b:2"], clock())
+        assert 'backend="b:2"' in (await metrics.exposition()).decode()
+        pool.remove("b:2")
+        while "b:2" in pool.backends:
+            await asyncio.sleep(0.02)
+        text = (await metrics.exposition()).decode()
+        requests = [line for line in text.splitlines() if line.startswith("depthserve_gateway_requests_total{")]
+        assert not any('backend="b:2"' in line for line in requests)
+        assert "b:2" not in pool.checker._rounds
+    finally:
+        await pool.close()

@@ -47,6 +47,10 @@ class HealthChecker:
             self._probes[model] = probe_request(model)
         return self._probes[model]
 
+    def forget(self, address: str) -> None:
+        """Drop what is kept about a removed backend, so churning membership does not grow memory."""
+        self._rounds.pop(address, None)
+
     def _wants_inference(self, backend: Backend, now: float) -> bool:
         """Every Nth round, and every round while anything is in doubt (a failed check, not ready, ejected)."""
         every = self._settings.probe_inference_every

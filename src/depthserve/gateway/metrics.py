@@ -226,9 +226,17 @@ class GatewayMetrics:
         self.known_models = {settings.model, *settings.policies, *settings.model_limits}
         self.jobs: tuple[int, float | None] = (0, None)
         self.jobs_source: JobsSource | None = None
+        pool.removal_listeners.append(self.forget_backend)
         self.registry.register(GatewayCollector(self))
         self.registry.register(BuildInfo("gateway"))
         ProcessCollector(registry=self.registry)
+
+    def forget_backend(self, address: str) -> None:
+        """Drop a removed backend's request series, so backends churning through discovery do not pile up."""
+        for key in [key for key in self._children if key[3] == address]:
+            del self._children[key]
+            route, model, code, _ = key
+            self.requests.remove(route, model, str(code), address)
 
     def model_label(self, model: str) -> str:
         """Keep label values bounded: models the gateway is configured for, else 'other'."""

@@ -66,6 +66,7 @@ class BackendPool:
             settings.max_ejection_percent,
         )
         self.slots = SlotQueue()  # requests waiting for a backend under max_outstanding_per_backend
+        self.removal_listeners: list[Callable[[str], None]] = []  # told the address of each backend removed
 
     def add(self, spec: BackendSpec) -> Backend:
         """Add a backend (checked before it takes traffic), or update the tags and weight of a known one."""
@@ -105,6 +106,9 @@ class BackendPool:
         if not backend.leaving or self.backends.get(backend.address) is not backend:
             return  # added back meanwhile: it stays
         del self.backends[backend.address]
+        self.checker.forget(backend.address)
+        for listener in self.removal_listeners:
+            listener(backend.address)
         await backend.close()
         log.info("backend %s removed", backend.address)
 
