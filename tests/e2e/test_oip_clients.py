@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import queue
 from collections.abc import Iterator
 from typing import Any
 
@@ -272,3 +273,26 @@ def test_grpc_inference_is_counted_in_the_gateway_metrics(cluster: dict[str, Any
     for _ in range(3):
         client.infer(MODEL, [png_input(grpcclient, rgb_png)])
     assert answered() == before + 3
+
+
+def test_grpc_stream_infer_answers_each_request_and_reports_errors_on_the_stream(
+    cluster: dict[str, Any], rgb: np.ndarray, rgb_png: bytes
+) -> None:
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for index in range(4):
+        client.async_stream_infer(MODEL, [png_input(grpcclient, rgb_png)], request_id=f"r{index}")
+    _, floats = bad_inputs(grpcclient, rgb, rgb_png)["bad datatype"]
+    client.async_stream_infer(MODEL, [floats], request_id="bad")
+    client.async_stream_infer(MODEL, [png_input(grpcclient, rgb_png)], request_id="after")  # the stream lives on
+    answers = [results.get(timeout=60) for _ in range(6)]
+    client.stop_stream()
+    client.close()
+    good = {result.get_response().id: result for result, error in answers if error is None}
+    errors = [error for _, error in answers if error is not None]
+    assert set(good) == {"r0", "r1", "r2", "r3", "after"}
+    for result in good.values():
+        assert_matches_v1(cluster, result.as_numpy("depth"))
+    assert len(errors) == 1 and "UINT8" in errors[0].message()
+    assert_healthy(cluster)

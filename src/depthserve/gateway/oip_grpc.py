@@ -1,14 +1,16 @@
 """OIP v2 gRPC (`inference.GRPCInferenceService`) on the gateway, served in the gateway's own event loop.
 
-The servicer is a thin skin over OipService: each ModelInfer is keyed, rate-limited, admitted and
-dispatched like a REST request. GatewayError becomes a gRPC status in one place, `_answer`.
+The servicer is a thin skin over OipService: each ModelInfer (and each request on a
+ModelStreamInfer stream) is keyed, rate-limited, admitted and dispatched like a REST request.
+GatewayError becomes a gRPC status in one place, `_answer` (on a stream: an error reply).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import NoReturn, TypeVar
 
 import grpc
@@ -127,58 +129,112 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         return await self._answer(context, work())
 
+    def _timeout(self, context: grpc.aio.ServicerContext) -> float:
+        """The client's gRPC deadline (capped), or the gateway's default when it set none."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self._settings.request_timeout_s
+        return min(remaining, self._settings.max_request_timeout_s)
+
+    async def _forward(
+        self,
+        request: pb.ModelInferRequest,
+        headers: dict[str, str],
+        peer: str | None,
+        request_id: str,
+        timeout_s: float,
+    ) -> tuple[pb.ModelInferResponse, str]:
+        """Check, admit and dispatch one inference like a REST one, counting it in the gateway's metrics."""
+        started = time.perf_counter()
+        status, backend = 500, ""
+
+        async def build() -> pb.ModelInferRequest:
+            return request
+
+        try:
+            try:
+                check_request(request)
+            except TensorError as exc:
+                raise GatewayError(400, "invalid_request", str(exc)) from None
+            reply, backend = await self._service.infer(
+                request.model_name, request.model_version, headers, peer, request_id, timeout_s, build
+            )
+            try:
+                response = with_raw_outputs(reply)
+            except TensorError as exc:
+                raise GatewayError(502, "backend_error", f"backend {backend}: {exc}") from None
+            status = 200
+            return response, backend
+        except GatewayError as error:
+            status = error.status
+            raise
+        finally:
+            if self._metrics is not None:  # counted with the HTTP routes, by its gRPC method path
+                self._metrics.observe(INFER_ROUTE, request.model_name, status, backend, time.perf_counter() - started)
+
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
         headers = _metadata(context)
         request_id = clean_request_id(headers.get("x-request-id", ""))
         REQUEST_ID.set(request_id)  # every log line about this request carries its id
-        remaining = context.time_remaining()
-        timeout_s = (
-            self._settings.request_timeout_s
-            if remaining is None
-            else min(remaining, self._settings.max_request_timeout_s)
-        )
-
-        async def build() -> pb.ModelInferRequest:
-            return request
 
         async def work() -> pb.ModelInferResponse:
-            started = time.perf_counter()
-            status, backend = 500, ""
-            try:
-                response = await infer()
-                status, backend = 200, response[1]
-                return response[0]
-            except GatewayError as error:
-                status = error.status
-                raise
-            finally:
-                if self._metrics is not None:  # counted with the HTTP routes, by its gRPC method path
-                    elapsed = time.perf_counter() - started
-                    self._metrics.observe(INFER_ROUTE, request.model_name, status, backend, elapsed)
-
-        async def infer() -> tuple[pb.ModelInferResponse, str]:
-            try:
-                check_request(request)
-            except TensorError as exc:
-                raise GatewayError(400, "invalid_request", str(exc)) from None
-            reply, backend = await self._service.infer(
-                request.model_name,
-                request.model_version,
-                headers,
-                _peer_host(context.peer()),
-                request_id,
-                timeout_s,
-                build,
+            response, backend = await self._forward(
+                request, headers, _peer_host(context.peer()), request_id, self._timeout(context)
             )
             context.set_trailing_metadata((("x-request-id", request_id), ("x-backend", backend)))
-            try:
-                return with_raw_outputs(reply), backend
-            except TensorError as exc:
-                raise GatewayError(502, "backend_error", f"backend {backend}: {exc}") from None
+            return response
 
         return await self._answer(context, work(), key=False)  # the forwarder checks the key
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Triton's streaming inference: requests on one stream run at once, each reply sent as it is ready.
+
+        A failed request answers with `error_message` on the stream, which stays open (Triton's rule).
+        """
+        headers = _metadata(context)
+        peer = _peer_host(context.peer())
+        replies: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(request: pb.ModelInferRequest) -> None:
+            request_id = clean_request_id(request.id or headers.get("x-request-id", ""))
+            REQUEST_ID.set(request_id)
+            try:
+                response, _ = await self._forward(request, headers, peer, request_id, self._settings.request_timeout_s)
+                response.id = request.id
+                replies.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+            except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply on the stream
+                if not isinstance(exc, GatewayError):
+                    log.exception("OIP stream request failed")
+                message = exc.message if isinstance(exc, GatewayError) else "internal gateway error"
+                empty = pb.ModelInferResponse(
+                    id=request.id, model_name=request.model_name, model_version=request.model_version
+                )
+                replies.put_nowait(pb.ModelStreamInferResponse(error_message=message, infer_response=empty))
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.gather(*running, return_exceptions=True)
+            finally:
+                replies.put_nowait(None)  # end of the reply stream, also when the client went away
+
+        reader = asyncio.create_task(read())
+        try:
+            while (reply := await replies.get()) is not None:
+                yield reply
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
 
 
 def _server_credentials(settings: GatewaySettings) -> grpc.ServerCredentials | None:
