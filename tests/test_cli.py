@@ -66,7 +66,7 @@ def test_status_shows_each_backend(gateway_url: str) -> None:
     done = depthserve("status", "--url", gateway_url)
     assert done.returncode == 0, done.stderr
     assert "ready" in done.stdout and "round_robin" in done.stdout and "127.0.0.1:" in done.stdout
-    assert "weight" in done.stdout and "queue+run" in done.stdout
+    assert "weight" in done.stdout and "queue+run" in done.stdout and "any" in done.stdout  # untagged: any model
     down = depthserve("status", "--url", "http://127.0.0.1:9")
     assert down.returncode == 1 and "cannot read" in down.stdout
 

@@ -31,6 +31,14 @@ def _load_cells(backend: dict[str, Any]) -> list[str]:
     ]
 
 
+def _model_version(backend: dict[str, Any]) -> str:
+    """What the backend serves, as `model:version`; `any` for an untagged --backends entry."""
+    model, version = backend.get("model"), backend.get("version")
+    if not model:
+        return "any"
+    return f"{model}:{version}" if version else str(model)
+
+
 def cluster_table(cluster: dict[str, Any]) -> Table:
     """Lay out one row per backend: state, weight, the gateway's stats and the backend's last load report."""
     policies = ", ".join(f"{m}: {p}" for m, p in cluster.get("policies", {}).items())
@@ -38,6 +46,7 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
     table = Table(title=title)
     columns = (
         "backend",
+        "model:version",
         "state",
         "weight",
         "in flight",
@@ -60,6 +69,7 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
         weight = f"{backend['weight']:g}" + (" auto" if backend.get("weight_mode") == "auto" else "")
         table.add_row(
             backend["address"],
+            _model_version(backend),
             f"[{colour}]{backend['state']}[/{colour}]",
             weight,
             str(backend["in_flight"]),
