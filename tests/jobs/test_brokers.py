@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import require_service
 
 from depthserve.jobs.broker import Broker, Delivery, broker_kind, open_broker
+from depthserve.jobs.redis_streams import RedisStreamsBroker
 from depthserve.testing.jobs import BROKER_URLS, SERVICES, clean_up, unique_namespace
 
 Factory = Callable[..., Awaitable[Broker]]
@@ -97,3 +98,23 @@ async def test_a_dead_consumers_job_goes_to_another(make_broker: Factory) -> Non
     assert again.job_id == taken.job_id == "orphan"
     await again.ack()
     assert await second.depth() == 0
+
+
+async def test_redis_forgets_consumers_of_dead_workers() -> None:
+    require_service(*SERVICES["redis"])
+    url, namespace = BROKER_URLS["redis"], unique_namespace("consumers")
+    first, second = (RedisStreamsBroker(url, namespace, 0.5) for _ in range(2))
+    try:
+        for broker, job in ((first, "one"), (second, "two")):
+            await broker.start()
+            await broker.publish(job)
+            (taken,) = await fetch_ids(broker, 1)
+            await taken.ack()
+        await first.close()  # a worker that is gone, but whose name stays in the consumer group
+        await asyncio.sleep(0.05)
+        assert await second.forget_dead_consumers(idle_s=0.02) == [first.consumer]
+        names = [c["name"].decode() for c in await second.redis.xinfo_consumers(second.stream, second.group)]
+        assert names == [second.consumer]
+    finally:
+        await second.close()
+        await clean_up(url, namespace)

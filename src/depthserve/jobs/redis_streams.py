@@ -17,6 +17,9 @@ from depthserve.jobs.broker import Broker, Delivery
 from depthserve.jobs.errors import broker_errors
 from depthserve.jobs.payloads import read_task, task_message
 
+DEAD_LETTERS_KEPT = 100_000  # the dead-letter stream is trimmed to about this many entries
+FORGET_CONSUMER_AFTER_S = 600.0  # a consumer silent this long, holding nothing, is a dead worker's name
+
 
 class _StreamDelivery(Delivery):
     def __init__(self, broker: RedisStreamsBroker, entry_id: bytes, job_id: str) -> None:
@@ -38,7 +41,7 @@ class _StreamDelivery(Delivery):
         b = self._broker
         with broker_errors("redis streams dead-letter"):
             async with b.redis.pipeline(transaction=True) as pipe:
-                pipe.xadd(b.dead_stream, {"id": self.job_id, "reason": reason[:500]})
+                pipe.xadd(b.dead_stream, {"id": self.job_id, "reason": reason[:500]}, maxlen=DEAD_LETTERS_KEPT)
                 pipe.xack(b.stream, b.group, self._entry_id)
                 pipe.xdel(b.stream, self._entry_id)
                 await pipe.execute()
@@ -68,6 +71,7 @@ class RedisStreamsBroker(Broker):
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.visibility_ms = max(1, int(visibility_timeout_s * 1000))
         self._next_claim = 0.0
+        self._next_prune = 0.0
 
     async def start(self, prefetch: int | None = None) -> None:
         import redis.exceptions
@@ -104,6 +108,9 @@ class RedisStreamsBroker(Broker):
                     self.stream, self.group, self.consumer, self.visibility_ms, "0-0", count=max_count
                 )
                 out += self._deliveries(reply[1])
+            if loop.time() >= self._next_prune:
+                self._next_prune = loop.time() + FORGET_CONSUMER_AFTER_S / 10
+                await self.forget_dead_consumers(max(FORGET_CONSUMER_AFTER_S, 10 * self.visibility_ms / 1000))
             if len(out) < max_count:
                 block = None if out else max(1, int(wait_s * 1000))
                 reply = await self.redis.xreadgroup(
@@ -112,6 +119,17 @@ class RedisStreamsBroker(Broker):
                 for _stream, entries in reply or []:
                     out += self._deliveries(entries)
         return out
+
+    async def forget_dead_consumers(self, idle_s: float) -> list[str]:
+        """Drop group consumers idle over `idle_s` with nothing pending (names of killed workers); their names."""
+        forgotten = []
+        with broker_errors("redis streams"):
+            for consumer in await self.redis.xinfo_consumers(self.stream, self.group):
+                name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else str(consumer["name"])
+                if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] >= idle_s * 1000:
+                    await self.redis.xgroup_delconsumer(self.stream, self.group, name)
+                    forgotten.append(name)
+        return forgotten
 
     async def depth(self) -> int:
         with broker_errors("redis streams"):
