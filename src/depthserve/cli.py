@@ -17,6 +17,16 @@ app = typer.Typer(
 )
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file")]
+# Options the worker and the gateway share (async jobs, logging).
+BrokerOpt = Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")]
+LogFormatOpt = Annotated[str | None, typer.Option(help="text | json [text]")]
+JobStoreOpt = Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")]
+JobNamespaceOpt = Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")]
+JobTtlSOpt = Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")]
+JobMaxAttemptsOpt = Annotated[int | None, typer.Option(help="attempts before a job fails [3]")]
+JobVisibilityTimeoutSOpt = Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")]
+JobTimeoutSOpt = Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")]
+LogLevelOpt = Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")]
 
 
 @app.command()
@@ -53,17 +63,17 @@ def worker(
     tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
     tls_ca: Annotated[Path | None, typer.Option(help="require client certificates from this CA (mTLS)")] = None,
     speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
-    broker: Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")] = None,
-    job_store: Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")] = None,
-    job_namespace: Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")] = None,
-    job_ttl_s: Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")] = None,
-    job_max_attempts: Annotated[int | None, typer.Option(help="attempts before a job fails [3]")] = None,
-    job_visibility_timeout_s: Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")] = None,
-    job_timeout_s: Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")] = None,
+    broker: BrokerOpt = None,
+    job_store: JobStoreOpt = None,
+    job_namespace: JobNamespaceOpt = None,
+    job_ttl_s: JobTtlSOpt = None,
+    job_max_attempts: JobMaxAttemptsOpt = None,
+    job_visibility_timeout_s: JobVisibilityTimeoutSOpt = None,
+    job_timeout_s: JobTimeoutSOpt = None,
     job_concurrency: Annotated[int | None, typer.Option(help="jobs pulled and run at once [4]")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="HTTP port for /metrics; 0 = pick one [off]")] = None,
-    log_format: Annotated[str | None, typer.Option(help="text | json [text]")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
+    log_format: LogFormatOpt = None,
+    log_level: LogLevelOpt = None,
     discovery: Annotated[str | None, typer.Option(help="registry to join after warm-up: redis://HOST:PORT")] = None,
     advertise: Annotated[str | None, typer.Option(help="HOST[:PORT] gateways dial [bound or registry-facing]")] = None,
     version: Annotated[str | None, typer.Option(help="model version registered [1]")] = None,
@@ -108,16 +118,16 @@ def gateway(
     backend_tls_ca: Annotated[Path | None, typer.Option(help="CA of the workers' gRPC TLS certificates")] = None,
     backend_tls_cert: Annotated[Path | None, typer.Option(help="client certificate for mTLS to workers")] = None,
     backend_tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
-    broker: Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")] = None,
-    job_store: Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")] = None,
-    job_namespace: Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")] = None,
-    job_ttl_s: Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")] = None,
-    job_max_attempts: Annotated[int | None, typer.Option(help="attempts before a job fails [3]")] = None,
-    job_visibility_timeout_s: Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")] = None,
-    job_timeout_s: Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")] = None,
+    broker: BrokerOpt = None,
+    job_store: JobStoreOpt = None,
+    job_namespace: JobNamespaceOpt = None,
+    job_ttl_s: JobTtlSOpt = None,
+    job_max_attempts: JobMaxAttemptsOpt = None,
+    job_visibility_timeout_s: JobVisibilityTimeoutSOpt = None,
+    job_timeout_s: JobTimeoutSOpt = None,
     job_concurrency: Annotated[int | None, typer.Option(help="in-process broker: jobs run at once [4]")] = None,
-    log_format: Annotated[str | None, typer.Option(help="text | json [text]")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
+    log_format: LogFormatOpt = None,
+    log_level: LogLevelOpt = None,
 ) -> None:
     """Run the HTTP/2 gateway in front of workers."""
     flags = {k: v for k, v in locals().items() if k != "config"}
@@ -155,7 +165,7 @@ def up(
     threads: Annotated[int | None, typer.Option(help="torch threads per worker (default 1)")] = None,
     broker: Annotated[str | None, typer.Option(help="jobs broker for gateway and workers: redis://, amqp://")] = None,
     log_format: Annotated[str | None, typer.Option(help="gateway and worker logs: text | json [text]")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")] = None,
+    log_level: LogLevelOpt = None,
     grpc_port: Annotated[int | None, typer.Option(help="also serve OIP gRPC (tritonclient) on this port")] = None,
 ) -> None:
     """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
