@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from depthserve.discovery.combine import CombinedSource, merge
@@ -52,3 +54,37 @@ def test_urls_are_checked_and_built(tmp_path: Path) -> None:
             assert message in str(exc)
         else:
             raise AssertionError(f"{url} accepted")
+
+
+class BrokenSource:
+    """A source with a bug: it reports once, then raises something that is not a DiscoveryError."""
+
+    name = "broken"
+
+    async def updates(self) -> AsyncIterator[frozenset[BackendSpec]]:
+        yield frozenset({BackendSpec("z:9", source="broken")})
+        raise TypeError("a bug in a source")
+
+
+async def test_a_broken_source_neither_freezes_the_others_nor_swallows_cancellation(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("- b:2\n")
+    combined = CombinedSource([BrokenSource(), FileSource(path, poll_s=0.02)])
+    seen: list[set[str]] = []
+
+    async def follow() -> None:
+        async for specs in combined.updates():
+            seen.append({s.address for s in specs})
+
+    task = asyncio.create_task(follow())
+    while not seen or "b:2" not in seen[-1]:
+        await asyncio.sleep(0.01)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("- c:3\n")
+    os.replace(tmp, path)
+    while "c:3" not in seen[-1]:  # the file source still moves after the broken one died
+        await asyncio.sleep(0.01)
+    assert seen[-1] == {"z:9", "c:3"}  # the broken source's last set stays in force
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done and task.cancelled()  # stopping discovery ends it, whatever a source raised

@@ -15,6 +15,8 @@ def test_advertised_address() -> None:
     # Bound to every address: the one this machine uses towards the registry.
     assert advertised_address(WorkerSettings(host="0.0.0.0"), 50051, ("127.0.0.1", 6379)) == "127.0.0.1:50051"
     assert advertised_address(WorkerSettings(host="::1"), 50051) == "[::1]:50051"
+    assert advertised_address(WorkerSettings(host="::", advertise="2001:db8::5"), 50051) == "[2001:db8::5]:50051"
+    assert advertised_address(WorkerSettings(host="::", advertise="[2001:db8::5]:7000"), 50051) == "[2001:db8::5]:7000"
     with pytest.raises(ValueError, match="--advertise"):
         advertised_address(WorkerSettings(host="0.0.0.0"), 50051)
 

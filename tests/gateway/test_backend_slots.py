@@ -60,3 +60,16 @@ async def test_wait_times_out_and_leaves_the_queue() -> None:
     slots = SlotQueue()
     assert await slots.wait(0.01) is False
     assert slots.waiting == 0 and not slots.has_waiters()
+
+
+async def test_pools_wait_apart_and_a_slot_wakes_a_waiter_of_a_model_it_serves() -> None:
+    slots = SlotQueue()
+    older = asyncio.create_task(slots.wait(5.0, key="busy-model"))
+    newer = asyncio.create_task(slots.wait(5.0, key="idle-model"))
+    await asyncio.sleep(0)
+    assert slots.has_waiters("busy-model") and not slots.has_waiters("other-model")
+    slots.release(lambda model: model == "idle-model")  # freed on a backend of the idle model only
+    assert await newer is True
+    assert not older.done() and slots.waiting == 1
+    slots.release()
+    assert await older is True

@@ -175,5 +175,28 @@ async def test_a_removed_backend_leaves_nothing_behind_in_metrics_or_checks() ->
         requests = [line for line in text.splitlines() if line.startswith("depthserve_gateway_requests_total{")]
         assert not any('backend="b:2"' in line for line in requests)
         assert "b:2" not in pool.checker._rounds
+        metrics.observe("/v1/depth", settings.model, 200, "b:2", 0.01)  # a slow client's reply, finishing late
+        assert 'backend="b:2"' not in (await metrics.exposition()).decode()
+    finally:
+        await pool.close()
+
+
+async def test_a_model_whose_backends_are_all_leaving_is_unavailable_not_unknown(rgb_png: bytes) -> None:
+    clock = FakeClock()
+    settings = GatewaySettings(slow_start_s=0)
+    pool = BackendPool(settings, clock=clock)
+    try:
+        pool.add(BackendSpec("b:2", model="depth"))
+        ready(pool, clock)
+        pool.backends["b:2"].stats.started()  # one request still running there: leaving, not gone
+        pool.remove("b:2")
+        request = build_request("depth", DepthInputs(image=rgb_png, output_format="npy"))
+        with pytest.raises(GatewayError) as drained:
+            await Dispatcher(pool, settings, FixedOrder()).infer(request, RequestInfo(model="depth"), 1.0, "r1")
+        assert drained.value.status == 503  # a rolling restart is a retry-later, not "no such model"
+        with pytest.raises(GatewayError) as unknown:
+            pool.snapshot_for(RequestInfo(model="other"))
+        assert unknown.value.status == 404
+        pool.backends["b:2"].stats.abandoned()
     finally:
         await pool.close()

@@ -7,12 +7,14 @@ earlier source's entry wins (so `--backends` tags beat a registry's).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
 from depthserve.discovery.source import Backends, DiscoverySource
 from depthserve.gateway.backend_spec import BackendSpec
+
+log = logging.getLogger("depthserve.discovery")
 
 
 def merge(sets: Sequence[Backends | None]) -> Backends:
@@ -38,8 +40,11 @@ class CombinedSource:
         queue: asyncio.Queue[tuple[int, Backends]] = asyncio.Queue()
 
         async def pump(index: int, source: DiscoverySource) -> None:
-            async for specs in source.updates():
-                await queue.put((index, specs))
+            try:
+                async for specs in source.updates():
+                    await queue.put((index, specs))
+            except Exception:  # noqa: BLE001 - one broken source must not freeze the others; its last set stays
+                log.exception("discovery %s stopped unexpectedly; keeping its last backends", source.name)
 
         tasks = [asyncio.create_task(pump(i, s), name=f"discovery {s.name}") for i, s in enumerate(self.sources)]
         last: Backends | None = None
@@ -54,6 +59,4 @@ class CombinedSource:
         finally:
             for task in tasks:
                 task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.gather(*tasks, return_exceptions=True)  # never trade our cancellation for their error

@@ -48,10 +48,16 @@ class PollingSource:
             while True:
                 try:
                     current = await self.read()
-                except DiscoveryError as error:
+                except Exception as error:  # noqa: BLE001 - a source that cannot be read keeps its last set
                     self.failures += 1
                     if str(error) != self.last_error:  # log each distinct problem once, not every poll
-                        log.warning("discovery %s: %s (keeping the last known backends)", self.name, error)
+                        unexpected = not isinstance(error, DiscoveryError)  # a bug, not an outage: keep the trace
+                        log.warning(
+                            "discovery %s: %s (keeping the last known backends)",
+                            self.name,
+                            error,
+                            exc_info=unexpected,
+                        )
                     self.last_error = str(error)
                 else:
                     if self.last_error is not None:

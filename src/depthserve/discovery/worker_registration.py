@@ -35,6 +35,8 @@ def advertised_address(settings: WorkerSettings, port: int, registry: tuple[str,
     """The HOST:PORT gateways should dial: `--advertise`, else the bound host, else the address facing the registry."""
     given = settings.advertise
     if given:
+        if _is_ipv6(given):
+            return f"[{given}]:{port}"  # a bare IPv6 literal: its colons are not a port
         host, sep, given_port = given.rpartition(":")
         if sep and given_port.isdigit() and not given.endswith("]"):
             return given
@@ -44,11 +46,18 @@ def advertised_address(settings: WorkerSettings, port: int, registry: tuple[str,
         if registry is None:
             raise ValueError("binding every address: give --advertise HOST so other machines know where to dial")
         host = address_facing(*registry)
-    if ":" in host and not host.startswith("["):
-        with contextlib.suppress(ValueError):
-            ipaddress.IPv6Address(host)
-            host = f"[{host}]"
+    if _is_ipv6(host):
+        host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def _is_ipv6(host: str) -> bool:
+    """Whether `host` is an unbracketed IPv6 literal."""
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def hardware_summary(settings: WorkerSettings, memory_bytes: int) -> str:

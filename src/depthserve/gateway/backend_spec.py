@@ -81,7 +81,7 @@ def spec_from_record(record: Mapping[str, Any], source: str, default_auto: bool 
         raise ValueError(f"backend record {dict(record)!r} has no 'address'")
     unknown = set(record) - {"address", "model", "version", "weight", "id", "hardware"}
     if unknown:
-        raise ValueError(f"backend {address!r}: unknown fields {sorted(unknown)}")
+        raise ValueError(f"backend {address!r}: unknown fields {sorted(map(str, unknown))}")  # any YAML key type
     return BackendSpec(
         check_address(address.strip(), address),
         _weight(record.get("weight"), address, default_auto),

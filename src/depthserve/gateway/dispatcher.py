@@ -97,24 +97,24 @@ class Dispatcher:
                 self.pool.record_failure(backend)
             else:
                 stats.abandoned()  # answered, but neither a result nor the backend's fault: no sample
-            self.pool.slots.release()
+            self.pool.slots.release(backend.spec.serves)
             raise AttemptFailed(from_rpc_error(error, address), code in RETRIABLE or per_try_timeout) from None
         except asyncio.CancelledError:
             if call is not None:
                 call.cancel()  # a lost hedge or an expired request: stop the work on the backend too
             stats.abandoned()
-            self.pool.slots.release()
+            self.pool.slots.release(backend.spec.serves)
             raise
         except Exception as exc:  # noqa: BLE001 - gRPC usage errors (bad metadata, closed channel): no retry
             stats.abandoned()
-            self.pool.slots.release()
+            self.pool.slots.release(backend.spec.serves)
             failure = GatewayError(502, "backend_error", f"backend {address}: {type(exc).__name__}: {exc}")
             raise AttemptFailed(failure, False) from None
         latency_ms = (time.perf_counter() - started) * 1000.0
         now = self.pool.clock()
         backend.record_load(from_metadata(trailing), now)
         stats.finished(True, latency_ms, now)
-        self.pool.slots.release()
+        self.pool.slots.release(backend.spec.serves)
         self.latencies.add(latency_ms)
         return response
 
@@ -125,7 +125,7 @@ class Dispatcher:
     def _never_ran(self, backend: Backend) -> None:
         """Undo the in-flight count of an attempt cancelled before it started."""
         backend.stats.abandoned()
-        self.pool.slots.release()
+        self.pool.slots.release(backend.spec.serves)
 
     async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
         """The policy's ordered picks among backends under their outstanding cap, waiting for a slot if none is."""
@@ -136,12 +136,12 @@ class Dispatcher:
             snapshot = self.pool.snapshot_for(info)  # the pool of the model and version asked for
             if cap and snapshot.backends:
                 free = tuple(view for view in snapshot.backends if view.in_flight < cap)
-                if not free or (not returning and self.pool.slots.has_waiters()):
+                if not free or (not returning and self.pool.slots.has_waiters(info.model)):
                     left = deadline - loop.time()
                     if left <= 0:
                         raise deadline_error(timeout_s)
                     # Re-check now and then even unwoken: a backend may come back or be added meanwhile.
-                    await self.pool.slots.wait(min(left, SLOT_RECHECK_S), returning)
+                    await self.pool.slots.wait(min(left, SLOT_RECHECK_S), returning, info.model)
                     returning = True
                     continue
                 snapshot = Snapshot(free, snapshot.now)
@@ -177,7 +177,7 @@ class Dispatcher:
             left = deadline - loop.time()
             per_try = min(left, self.settings.per_try_timeout_s)
             backend = self.pool.backends.get(candidates[index])
-            if backend is None:  # discovery removed it since the pick: an attempt that fails at once, retriable
+            if backend is None or backend.leaving:  # discovery removed it since the pick: fail at once, retriable
                 pending[asyncio.ensure_future(self._gone(candidates[index]))] = (candidates[index], is_retry)
                 return
             backend.stats.started()  # counted now, so requests choosing in the same instant see it

@@ -244,6 +244,8 @@ class GatewayMetrics:
 
     def observe(self, route: str, model: str, code: int, backend: str, seconds: float) -> None:
         """Count one answered request (the one observation point of total latency)."""
+        if backend and backend not in self.pool.backends:
+            backend = ""  # removed meanwhile (a slow client): keep no series for addresses gone for good
         key = (route, self.model_label(model), code, backend)
         children = self._children.get(key)
         if children is None:  # labels() takes a lock and builds a tuple: do it once per label set

@@ -176,7 +176,8 @@ class BackendPool:
 
         Raises a 404 GatewayError when no backend at all serves the model or the version named.
         """
-        members = [b for b in self.backends.values() if not b.leaving and b.spec.serves(request.model)]
+        # Leaving backends still make a model known: while all of them drain it is a 503, not a 404.
+        members = [b for b in self.backends.values() if b.spec.serves(request.model)]
         if not members:
             if self.backends:
                 known = sorted({b.spec.model for b in self.backends.values() if b.spec.model})
