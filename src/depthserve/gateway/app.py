@@ -27,6 +27,7 @@ from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
 from depthserve.gateway.oip_grpc import start_grpc
 from depthserve.gateway.oip_rest import oip_routes
 from depthserve.gateway.oip_service import OipService
+from depthserve.gateway.openapi import openapi_document
 from depthserve.gateway.pool import BackendPool
 from depthserve.jobs.broker import broker_kind
 from depthserve.jobs.executors import gateway_executor
@@ -110,6 +111,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
             Route("/readyz", guarded(readyz, always=False)),
             Route("/v1/cluster", guarded(cluster, always=False)),
             Route("/v1/cluster/{backend}/{action}", guarded(drain, always=True), methods=["POST"]),
+            Route("/openapi.json", guarded(openapi_document, always=False)),
             *observability_routes(),
             *job_routes(settings, jobs, edge),
             *oip_routes(oip),
@@ -124,7 +126,9 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.metrics = metrics
     app.state.jobs = jobs
     app.state.oip = oip
-    return FastPath({"/v1/depth": RequestMetrics(DepthEndpoint(settings, forwarder), metrics)}, app)
+    depth = DepthEndpoint(settings, forwarder)
+    app.state.fast_paths = {"/v1/depth": depth}  # for the OpenAPI document
+    return FastPath({"/v1/depth": RequestMetrics(depth, metrics)}, app)
 
 
 def app_from_env() -> FastPath:

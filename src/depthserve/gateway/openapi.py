@@ -1,0 +1,167 @@
+"""The gateway's OpenAPI 3.1 document, built from its own routes so that it can never miss one.
+
+Paths and methods come from the Starlette routes and the fast path, summaries from the handlers'
+docstrings; the routes people call by hand (`/v1/depth`, `/v1/jobs`) get their parameters,
+bodies and answers spelled out here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from depthserve import __version__
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+DEPTH_FORMATS = {
+    "application/x-npy": "float32 depth in metres, +inf where masked (the default)",
+    "image/png": "16-bit depth in millimetres, 0 = invalid (`image/png;preview` or `?format=preview`: colourised)",
+    "application/octet-stream": "`?format=ply`: a binary PLY point cloud (needs intrinsics)",
+}
+_UPLOAD = {
+    "required": True,
+    "content": {
+        **{
+            kind: {"schema": {"type": "string", "contentMediaType": kind}}
+            for kind in ("image/png", "image/jpeg", "image/webp")
+        },
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["image"],
+                "properties": {
+                    "image": {"type": "string", "contentMediaType": "image/*", "description": "RGB picture"},
+                    "depth": {"type": "string", "description": "raw depth: 16-bit PNG in mm or .npy in metres"},
+                    "intrinsics": {"type": "string", "description": "`fx,fy,cx,cy` or a JSON 3x3, pixels"},
+                },
+            }
+        },
+    },
+}
+_QUERY = [
+    {
+        "name": "resolution_level",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 0, "maximum": 9, "default": 9},
+    },
+    {
+        "name": "model",
+        "in": "query",
+        "schema": {"type": "string"},
+        "description": "model name (default: the gateway's)",
+    },
+    {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["npy", "png", "preview", "ply"]}},
+    {"name": "X-Request-Timeout", "in": "header", "schema": {"type": "number"}, "description": "deadline, seconds"},
+    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}, "description": "jobs: resubmit safely"},
+]
+_ERRORS = {
+    str(code): {"description": text, "content": {"application/json": {"schema": ERROR}}}
+    for code, text in (
+        (400, "bad input"),
+        (401, "missing or wrong API key"),
+        (404, "unknown model, version or id"),
+        (413, "body or image too large"),
+        (415, "unsupported content type"),
+        (429, "over the rate limit (Retry-After)"),
+        (503, "no backend or overloaded (Retry-After)"),
+        (504, "deadline passed"),
+    )
+}
+DETAILS: dict[tuple[str, str], dict[str, Any]] = {
+    ("/v1/depth", "post"): {
+        "summary": "Depth for one image (plus optional raw depth and intrinsics), in the format asked for.",
+        "parameters": _QUERY[:4],
+        "requestBody": _UPLOAD,
+        "responses": {
+            "200": {
+                "description": "the depth map, in the format chosen by Accept or ?format=",
+                "content": {k: {"schema": {"type": "string", "description": v}} for k, v in DEPTH_FORMATS.items()},
+            },
+            **_ERRORS,
+        },
+    },
+    ("/v1/jobs", "post"): {
+        "summary": "Accept a depth request as an asynchronous job; answers at once with its id.",
+        "parameters": [p for p in _QUERY if p["name"] != "X-Request-Timeout"],
+        "requestBody": _UPLOAD,
+        "responses": {
+            "202": {
+                "description": "accepted",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobAccepted"}}},
+            },
+            "200": {"description": "the job of this Idempotency-Key already exists"},
+            **_ERRORS,
+        },
+    },
+}
+SCHEMAS = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}, "reason": {"type": "string"}},
+    },
+    "JobAccepted": {
+        "type": "object",
+        "required": ["id", "status_url"],
+        "properties": {"id": {"type": "string"}, "status_url": {"type": "string"}},
+    },
+}
+_PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")
+
+
+def _summary(endpoint: Any) -> str:
+    doc = getattr(endpoint, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _operations(path: str, methods: Iterable[str], summary: str) -> dict[str, Any]:
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name, _ in _PARAM.findall(path)
+    ]
+    operations = {}
+    for method in sorted(m.lower() for m in methods if m != "HEAD"):
+        detail = DETAILS.get((path, method))
+        operation: dict[str, Any] = (
+            detail.copy() if detail else {"summary": summary, "responses": {"200": {"description": "OK"}, **_ERRORS}}
+        )
+        if params:
+            operation["parameters"] = params + operation.get("parameters", [])
+        operations[method] = operation
+    return operations
+
+
+def build_openapi(routes: Iterable[BaseRoute], fast_paths: Mapping[str, Any]) -> dict[str, Any]:
+    """The document for these Starlette routes and fast-path routes (POST-only bare ASGI apps)."""
+    paths: dict[str, Any] = {}
+    for path, app in fast_paths.items():
+        paths[path] = _operations(path, ["POST"], _summary(app))
+    for route in routes:
+        if not isinstance(route, Route) or ":path}" in route.path:
+            continue  # the /v2 catch-all that answers unknown OIP paths with a JSON 404
+        path = _PARAM.sub(lambda m: "{" + m.group(1) + "}", route.path)
+        # A bare ASGI endpoint takes any method: the documented ones are those DETAILS spells out.
+        methods = route.methods or [method.upper() for known, method in DETAILS if known == path] or ["GET"]
+        paths.setdefault(path, {}).update(_operations(path, methods, _summary(route.endpoint)))
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "depthserve gateway",
+            "version": __version__,
+            "description": "LingBot-Depth from many workers: /v1 for people, /v2 (Open Inference Protocol) for tools.",
+        },
+        "paths": dict(sorted(paths.items())),
+        "components": {"schemas": SCHEMAS},
+    }
+
+
+async def openapi_document(request: Request) -> Response:
+    """Describe every route of this gateway as OpenAPI 3.1 (built once, on first request)."""
+    state = request.app.state
+    if getattr(state, "openapi", None) is None:
+        state.openapi = build_openapi(request.app.routes, getattr(state, "fast_paths", {}))
+    return JSONResponse(state.openapi)
