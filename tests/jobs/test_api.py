@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ PNG = png_bytes(seeded_image(24, 32))
 class Cluster:
     """Gateway and workers on one job namespace; `add_worker` starts another consumer later."""
 
-    def __init__(self, tmp_path: Path, broker: str | None, *flags: str, workers: int = 1) -> None:
+    def __init__(
+        self, tmp_path: Path, broker: str | None, *flags: str, workers: int = 1, gateway_flags: Sequence[str] = ()
+    ) -> None:
         self.tmp_path = tmp_path
         self.broker_url = BROKER_URLS.get(broker or "")
         self.namespace = unique_namespace(f"api-{broker or 'inproc'}")
@@ -38,7 +40,7 @@ class Cluster:
             proc, address = start_worker(tmp_path, name="sync-only")
             self.procs.append(proc)
             addresses = [address]
-        gateway, self.url = start_gateway(tmp_path, addresses, *self.flags)
+        gateway, self.url = start_gateway(tmp_path, addresses, *self.flags, *gateway_flags)
         self.procs.append(gateway)
 
     def add_worker(self) -> str:
@@ -56,11 +58,11 @@ class Cluster:
 def cluster_factory(tmp_path: Path) -> Iterator[Any]:
     made: list[Cluster] = []
 
-    def make(broker: str | None, *flags: str, workers: int = 1) -> Cluster:
+    def make(broker: str | None, *flags: str, workers: int = 1, gateway_flags: Sequence[str] = ()) -> Cluster:
         if broker:
             require_service(*SERVICES[broker])
             require_service(*SERVICES["redis"])  # job state lives in Redis whenever a broker is given
-        cluster = Cluster(tmp_path, broker, *flags, workers=workers)
+        cluster = Cluster(tmp_path, broker, *flags, workers=workers, gateway_flags=gateway_flags)
         made.append(cluster)
         return cluster
 
@@ -71,8 +73,12 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
 
 def wait_state(client: httpx.Client, job_id: str, states: tuple[str, ...] = ("succeeded", "failed")) -> dict[str, Any]:
     deadline = time.monotonic() + 30
+    body: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        body: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        reply = client.get(f"/v1/jobs/{job_id}")
+        body = reply.json()
+        if reply.status_code != 200:
+            raise AssertionError(f"job {job_id}: HTTP {reply.status_code} {body}")
         if body["state"] in states:
             return body
         time.sleep(0.05)
@@ -110,9 +116,11 @@ def test_the_result_matches_the_synchronous_answer(cluster_factory: Any) -> None
         assert np.array_equal(np.load(io.BytesIO(result.content)), np.load(io.BytesIO(sync.content)))
 
 
-def test_idempotency_key_returns_the_existing_job(cluster_factory: Any) -> None:
-    cluster = cluster_factory("redis")
-    with httpx.Client(base_url=cluster.url) as client:
+def test_idempotency_key_returns_the_existing_job(cluster_factory: Any, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("alice:plain:secret-a\nbob:plain:secret-b\n")
+    cluster = cluster_factory("redis", gateway_flags=["--api-keys-file", str(keys)])
+    with httpx.Client(base_url=cluster.url, headers={"x-api-key": "secret-a"}) as client:
         headers = {"content-type": "image/png", "idempotency-key": "upload-42"}
         first = client.post("/v1/jobs", content=PNG, headers=headers)
         again = client.post("/v1/jobs", content=PNG, headers=headers)
@@ -122,6 +130,19 @@ def test_idempotency_key_returns_the_existing_job(cluster_factory: Any) -> None:
         assert again.headers["idempotent-replayed"] == "true"
         bad = client.post("/v1/jobs", content=PNG, headers={**headers, "idempotency-key": "x" * 300})
         assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]
+        job_id = first.json()["id"]
+        assert wait_state(client, job_id)["state"] == "succeeded"
+        assert client.get(f"/v1/jobs/{job_id}/result").status_code == 200
+    with httpx.Client(base_url=cluster.url, headers={"x-api-key": "secret-b"}) as bob:
+        mine = bob.post("/v1/jobs", content=PNG, headers=headers)  # the same key names bob's own job
+        assert mine.status_code == 202 and mine.json()["id"] != job_id
+        for reply in (
+            bob.get(f"/v1/jobs/{job_id}"),
+            bob.get(f"/v1/jobs/{job_id}/result"),
+            bob.delete(f"/v1/jobs/{job_id}"),
+        ):
+            assert reply.status_code == 404 and reply.json()["reason"] == "job_not_found"  # alice's job is not there
+        assert bob.get("/v1/jobs/" + "A" * 300).status_code == 404  # not an id we make: no lookup at all
 
 
 def test_cancel_a_queued_job_and_not_a_finished_one(cluster_factory: Any) -> None:
@@ -142,12 +163,13 @@ def test_cancel_a_queued_job_and_not_a_finished_one(cluster_factory: Any) -> Non
 
 
 def test_results_expire_after_the_ttl(cluster_factory: Any) -> None:
-    cluster = cluster_factory("redis", "--job-ttl-s", "1")
+    cluster = cluster_factory("redis", "--job-ttl-s", "3")  # long enough to finish on a slow runner
     with httpx.Client(base_url=cluster.url) as client:
         job_id = client.post("/v1/jobs", content=PNG, headers={"content-type": "image/png"}).json()["id"]
         assert wait_state(client, job_id)["state"] == "succeeded"
-        time.sleep(1.5)
-        gone = client.get(f"/v1/jobs/{job_id}")
+        deadline = time.monotonic() + 15
+        while (gone := client.get(f"/v1/jobs/{job_id}")).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert gone.status_code == 404 and gone.json()["reason"] == "job_not_found"
         assert client.get(f"/v1/jobs/{job_id}/result").status_code == 404
 
@@ -194,3 +216,40 @@ def test_a_broker_url_of_unknown_kind_is_refused_at_start(tmp_path: Path) -> Non
 
     with pytest.raises(ValueError, match="use redis://"):
         check_settings(GatewaySettings(backends=["127.0.0.1:1"], broker="kafka://127.0.0.1:9092"))
+
+
+def test_the_gateway_starts_while_the_broker_is_down(tmp_path: Path) -> None:
+    require_service(*SERVICES["amqp"])
+    require_service(*SERVICES["redis"])
+    from depthserve.testing.jobs import AMQP_URL, REDIS_URL
+    from depthserve.testing.tcp_proxy import TcpProxy
+
+    proxy = TcpProxy("127.0.0.1", 5672)
+    proxy.cut()  # RabbitMQ is unreachable when the gateway boots
+    namespace = unique_namespace("boot")
+    broker = AMQP_URL.replace(":5672/", f":{proxy.port}/")
+    worker, address = start_worker(tmp_path, name="sync-only")
+    procs = [worker]
+    try:
+        gateway, url = start_gateway(
+            tmp_path, [address], "--broker", broker, "--job-store", REDIS_URL, "--job-namespace", namespace
+        )
+        procs.append(gateway)
+        with httpx.Client(base_url=url) as client:
+            assert client.post("/v1/depth", content=PNG, headers={"content-type": "image/png"}).status_code == 200
+            refused = client.post("/v1/jobs", content=PNG, headers={"content-type": "image/png"})
+            assert refused.status_code == 503 and refused.json()["reason"] == "broker_unavailable"
+            assert "error" in refused.json() and "error" in client.get("/v1/cluster").json()["jobs"]
+            proxy.restore()
+            deadline = time.monotonic() + 20
+            while (
+                reply := client.post("/v1/jobs", content=PNG, headers={"content-type": "image/png"})
+            ).status_code == 503:
+                assert time.monotonic() < deadline, reply.json()
+                time.sleep(0.2)
+            assert reply.status_code == 202
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        proxy.close()
+        asyncio.run(clean_up(AMQP_URL, namespace))

@@ -118,3 +118,104 @@ async def test_redis_forgets_consumers_of_dead_workers() -> None:
     finally:
         await second.close()
         await clean_up(url, namespace)
+
+
+async def test_redis_recreates_a_lost_consumer_group() -> None:
+    require_service(*SERVICES["redis"])
+    url, namespace = BROKER_URLS["redis"], unique_namespace("nogroup")
+    broker = RedisStreamsBroker(url, namespace, 30.0)
+    try:
+        await broker.start()
+        await broker.redis.delete(broker.stream)  # Redis lost the stream and its group (restart, FLUSHALL)
+        await broker.publish("after-the-loss")  # XADD makes a bare stream without the group
+        (delivery,) = await fetch_ids(broker, 1)
+        assert delivery.job_id == "after-the-loss"
+        await delivery.ack()
+        assert await broker.forget_dead_consumers(idle_s=3600) == []
+    finally:
+        await broker.close()
+        await clean_up(url, namespace)
+
+
+async def test_redis_reclaims_an_orphan_behind_many_live_entries() -> None:
+    require_service(*SERVICES["redis"])
+    url, namespace = BROKER_URLS["redis"], unique_namespace("cursor")
+    live, dead, claimer = (RedisStreamsBroker(url, namespace, 1.0) for _ in range(3))
+    try:
+        for broker in (live, dead, claimer):
+            await broker.start()
+        for i in range(40):
+            await live.publish(f"live-{i}")
+        held = await fetch_ids(live, 40)  # a busy worker that keeps touching all its entries
+        await dead.publish("orphan")
+        (orphan,) = await fetch_ids(dead, 1)
+        await dead.close()  # its holder dies: only the orphan ever goes idle
+        found: list[Delivery] = []
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + 15.0
+        while not found and loop.time() < ends:
+            for delivery in held:
+                await delivery.touch()
+            found = await claimer.fetch(1, 0.05)  # each claim scans only a few entries of the pending list
+        assert [d.job_id for d in found] == [orphan.job_id]
+    finally:
+        for broker in (live, claimer):
+            await broker.close()
+        await clean_up(url, namespace)
+
+
+async def test_rabbitmq_drops_prefetched_messages_of_a_dead_channel() -> None:
+    require_service(*SERVICES["amqp"])
+    from depthserve.jobs.rabbitmq import RabbitBroker
+    from depthserve.testing.tcp_proxy import TcpProxy
+
+    url, namespace = BROKER_URLS["amqp"], unique_namespace("stale")
+    proxy = TcpProxy("127.0.0.1", 5672)
+    publisher = RabbitBroker(url, namespace)
+    consumer = RabbitBroker(url.replace(":5672/", f":{proxy.port}/"), namespace)
+    try:
+        await publisher.start()
+        await consumer.start(prefetch=4)
+        for job_id in ("a", "b", "c"):
+            await publisher.publish(job_id)
+        first = await fetch_ids(consumer, 1)  # the other two wait, prefetched, in the consumer's inbox
+        while consumer._inbox.qsize() < 2:
+            await asyncio.sleep(0.01)
+        proxy.cut()  # the channel dies with its unacknowledged messages: the server requeues all three
+        proxy.restore()
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + 20.0
+        while consumer._inbox.qsize() < 5 and loop.time() < ends:  # two stale copies, then all three again
+            await asyncio.sleep(0.05)
+        again = await fetch_ids(consumer, 3, wait_s=5.0)
+        again += await consumer.fetch(3, 0.5)  # nothing more may come: no stale copy runs a second time
+        assert sorted(d.job_id for d in again) == ["a", "b", "c"] and len(first) == 1
+        for delivery in again:
+            await delivery.ack()
+    finally:
+        await consumer.close()
+        await publisher.close()
+        proxy.close()
+        await clean_up(url, namespace)
+
+
+async def test_rabbitmq_caps_the_dead_letter_queue() -> None:
+    require_service(*SERVICES["amqp"])
+    import aio_pika
+
+    from depthserve.jobs.rabbitmq import DEAD_LETTERS_KEPT
+
+    url, namespace = BROKER_URLS["amqp"], unique_namespace("dlqcap")
+    broker = open_broker(url, namespace)
+    try:
+        await broker.start()
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel()
+            # Redeclaring with other arguments would fail (PRECONDITION_FAILED): these are the queue's own.
+            await channel.declare_queue(
+                f"{namespace}.dead", durable=True, arguments={"x-max-length": DEAD_LETTERS_KEPT}
+            )
+    finally:
+        await broker.close()
+        await clean_up(url, namespace)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from depthserve.jobs.broker import Delivery
 from depthserve.jobs.consumer import JobConsumer
 from depthserve.jobs.in_process import InProcessBroker
 from depthserve.jobs.model import Job, JobState, new_job_id
@@ -18,12 +19,25 @@ from depthserve.testing.jobs import ScriptedExecutor
 class Rig:
     """A broker, a store, an executor and a running consumer."""
 
-    def __init__(self, executor: ScriptedExecutor, capacity: int = 2, max_attempts: int = 3) -> None:
-        self.broker = InProcessBroker()
+    def __init__(
+        self,
+        executor: ScriptedExecutor,
+        capacity: int = 2,
+        max_attempts: int = 3,
+        job_timeout_s: float = 5,
+        broker: InProcessBroker | None = None,
+    ) -> None:
+        self.broker = broker or InProcessBroker()
         self.store = MemoryJobStore(ttl_s=60)
         self.executor = executor
         self.consumer = JobConsumer(
-            self.broker, self.store, executor, capacity, max_attempts=max_attempts, job_timeout_s=5, touch_every_s=1
+            self.broker,
+            self.store,
+            executor,
+            capacity,
+            max_attempts=max_attempts,
+            job_timeout_s=job_timeout_s,
+            touch_every_s=1,
         )
 
     async def submit(self, payload: bytes) -> str:
@@ -38,6 +52,14 @@ class Rig:
                 return job
             await asyncio.sleep(0.01)
         raise AssertionError(f"job {job_id} never ended: {job}")
+
+    async def settled(self) -> None:
+        """Wait until no delivery is running or queued (a given-back one comes round again first)."""
+        for _ in range(300):
+            if self.consumer.in_flight == 0 and await self.broker.depth() == 0:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"deliveries still pending: {self.consumer.counts}")
 
 
 Rigs = list[tuple[Rig, asyncio.Task[None]]]
@@ -84,14 +106,38 @@ async def test_bad_input_fails_at_once_without_retries(rig_factory: Rigs) -> Non
 
 
 async def test_a_duplicate_delivery_stores_the_result_once(rig_factory: Rigs) -> None:
-    rig = Rig(ScriptedExecutor())
+    rig = Rig(ScriptedExecutor(), job_timeout_s=0)  # the first attempt counts as dead: the duplicate computes too
     job_id = await rig.submit(b"twice")
     await rig.broker.publish(job_id)  # at-least-once: the broker hands the same job out again
     await start(rig_factory, rig)
-    job = await rig.final(job_id)
-    await asyncio.sleep(0.05)
+    await rig.final(job_id)
+    await rig.settled()
     job = await rig.store.get(job_id)
-    assert (job.state, job.stores) == (JobState.SUCCEEDED, 1)
+    assert (job.state, job.stores, job.duplicates) == (JobState.SUCCEEDED, 1, 1)
+    assert rig.consumer.counts.duplicates == 1 and rig.executor.calls == [b"twice", b"twice"]
+
+
+async def test_a_duplicate_delivery_while_the_job_runs_is_given_back_not_counted(rig_factory: Rigs) -> None:
+    gate = asyncio.Event()
+
+    class Gated(ScriptedExecutor):
+        async def __call__(self, payload: bytes, timeout_s: float) -> tuple[bytes, str]:
+            self.calls.append(payload)
+            await gate.wait()
+            return b"ok", "text/plain"
+
+    rig = Rig(Gated(), max_attempts=1)
+    job_id = await rig.submit(b"slow")
+    await rig.broker.publish(job_id)  # redelivered while its only allowed attempt still computes
+    await start(rig_factory, rig)
+    while rig.consumer.counts.busy == 0:
+        await asyncio.sleep(0.01)
+    gate.set()
+    assert (await rig.final(job_id)).state == JobState.SUCCEEDED  # not failed for "too many attempts"
+    await rig.settled()
+    job = await rig.store.get(job_id)
+    assert (job.attempts, job.stores) == (1, 1) and rig.executor.calls == [b"slow"]
+    assert rig.consumer.counts.skipped == 1  # the given-back message came round again and was dropped
 
 
 async def test_a_cancelled_job_is_never_run(rig_factory: Rigs) -> None:
@@ -127,3 +173,48 @@ async def test_it_takes_no_more_jobs_than_its_free_slots(rig_factory: Rigs) -> N
     for job_id in ids:
         assert (await rig.final(job_id)).state == JobState.SUCCEEDED
     assert peak == 2
+
+
+async def test_a_fetch_bug_does_not_end_the_loop(rig_factory: Rigs) -> None:
+    class FailsOnce(InProcessBroker):
+        failed = False
+
+        async def fetch(self, max_count: int, wait_s: float) -> list[Delivery]:
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("client library bug")
+            return await super().fetch(max_count, wait_s)
+
+    rig = await start(rig_factory, Rig(ScriptedExecutor(), broker=FailsOnce()))
+    assert (await rig.final(await rig.submit(b"after-the-bug"))).state == JobState.SUCCEEDED
+
+
+async def test_stop_starts_nothing_fetched_meanwhile(rig_factory: Rigs) -> None:
+    rig = await start(rig_factory, Rig(ScriptedExecutor()))
+    await asyncio.sleep(0)  # the loop waits in fetch
+    job_id = await rig.submit(b"late")  # arrives while stop() begins
+    await rig.consumer.stop(1.0)
+    calls, in_flight = list(rig.executor.calls), rig.consumer.in_flight
+    await asyncio.wait_for(rig_factory[-1][1], 2.0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert in_flight == 0 and rig.consumer.in_flight == 0
+    assert rig.executor.calls == calls  # nothing started after stop() returned
+    state = (await rig.store.get(job_id)).state
+    assert state == JobState.SUCCEEDED or (state == JobState.QUEUED and await rig.broker.depth() == 1)
+
+
+async def test_a_job_cut_off_by_stop_is_queued_again(rig_factory: Rigs) -> None:
+    class Endless(ScriptedExecutor):
+        async def __call__(self, payload: bytes, timeout_s: float) -> tuple[bytes, str]:
+            self.calls.append(payload)
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    rig = await start(rig_factory, Rig(Endless()))
+    job_id = await rig.submit(b"endless")
+    while not rig.executor.calls:
+        await asyncio.sleep(0.01)
+    await rig.consumer.stop(0.05)  # past its grace the attempt is cut off
+    job = await rig.store.get(job_id)
+    assert (job.state, job.attempts) == (JobState.QUEUED, 1)  # a redelivery runs it at once, not after the timeout

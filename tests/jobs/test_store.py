@@ -12,7 +12,7 @@ from tests.conftest import require_service
 from depthserve.jobs.errors import JobConflict, JobNotFound
 from depthserve.jobs.model import Job, JobState, new_job_id
 from depthserve.jobs.redis_store import RedisJobStore
-from depthserve.jobs.store import GAVE_UP, RUN, SKIP, JobStore, MemoryJobStore
+from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, MemoryJobStore
 from depthserve.testing.jobs import REDIS_URL, clean_up, unique_namespace
 
 
@@ -32,22 +32,26 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
         await clean_up(REDIS_URL, namespace)
 
 
-def new_job() -> Job:
-    return Job(id=new_job_id(), model="lingbot-depth", created_at=time.time())
+TIMEOUT_S = 30.0  # the job timeout: a running job's redelivery within it is left to the live attempt
+DEAD = 0.0  # a job timeout already over: the running attempt counts as dead
+
+
+def new_job(owner: str = "") -> Job:
+    return Job(id=new_job_id(), model="lingbot-depth", created_at=time.time(), owner=owner)
 
 
 async def test_a_job_runs_once_and_its_result_is_stored_once(store: JobStore) -> None:
     job, created = await store.create(new_job(), b"payload")
     assert created and (await store.get(job.id)).state == JobState.QUEUED
     assert await store.payload(job.id) == b"payload"
-    assert (await store.start(job.id, 3)).action == RUN
+    assert (await store.start(job.id, 3, TIMEOUT_S)).action == RUN
     assert (await store.get(job.id)).state == JobState.RUNNING
     assert await store.succeed(job.id, b"result", "application/x-npy") is True
     assert await store.succeed(job.id, b"again", "application/x-npy") is False  # a second delivery's result
     done = await store.get(job.id)
     assert (done.state, done.attempts, done.stores, done.duplicates) == (JobState.SUCCEEDED, 1, 1, 1)
     assert await store.result(job.id) == (b"result", "application/x-npy")
-    assert (await store.start(job.id, 3)).action == SKIP  # a redelivery after success does nothing
+    assert (await store.start(job.id, 3, TIMEOUT_S)).action == SKIP  # a redelivery after success does nothing
 
 
 async def test_idempotency_key_gives_the_existing_job(store: JobStore) -> None:
@@ -60,9 +64,9 @@ async def test_idempotency_key_gives_the_existing_job(store: JobStore) -> None:
 
 async def test_failed_attempts_retry_then_give_up(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    await store.start(job.id, 2)
+    await store.start(job.id, 2, TIMEOUT_S)
     assert await store.fail(job.id, "boom 1", final=False) == JobState.QUEUED
-    assert (await store.start(job.id, 2)).action == RUN
+    assert (await store.start(job.id, 2, TIMEOUT_S)).action == RUN
     assert await store.fail(job.id, "boom 2", final=True) == JobState.FAILED
     failed = await store.get(job.id)
     assert (failed.state, failed.attempts, failed.error) == (JobState.FAILED, 2, "boom 2")
@@ -72,19 +76,57 @@ async def test_failed_attempts_retry_then_give_up(store: JobStore) -> None:
 
 async def test_a_job_started_past_its_attempts_gives_up(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    assert (await store.start(job.id, 1)).action == RUN  # then its worker dies: the broker delivers it again
-    start = await store.start(job.id, 1)
+    assert (await store.start(job.id, 1, TIMEOUT_S)).action == RUN  # then its worker dies: the broker delivers it again
+    start = await store.start(job.id, 1, DEAD)
     assert (start.action, start.attempts) == (GAVE_UP, 2)
     failed = await store.get(job.id)
     assert failed.state == JobState.FAILED and failed.error is not None and "gave up after 1 attempts" in failed.error
 
 
+async def test_a_redelivery_while_the_attempt_runs_counts_no_attempt(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    assert (await store.start(job.id, 1, TIMEOUT_S)).action == RUN
+    again = await store.start(job.id, 1, TIMEOUT_S)  # the broker hands it out again while the attempt computes
+    assert (again.action, again.attempts) == (BUSY, 1)
+    running = await store.get(job.id)
+    assert (running.state, running.attempts) == (JobState.RUNNING, 1)
+    assert await store.succeed(job.id, b"result", "application/x-npy") is True
+
+
+async def test_a_late_result_lands_on_a_job_that_gave_up(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    await store.start(job.id, 1, TIMEOUT_S)
+    assert (await store.start(job.id, 1, DEAD)).action == GAVE_UP
+    assert await store.succeed(job.id, b"late", "application/x-npy") is True  # the first attempt was alive after all
+    done = await store.get(job.id)
+    assert (done.state, done.stores, done.error) == (JobState.SUCCEEDED, 1, None)
+    assert await store.result(job.id) == (b"late", "application/x-npy")
+
+
+async def test_a_reported_failure_or_cancel_takes_no_late_result(store: JobStore) -> None:
+    failed, _ = await store.create(new_job(), b"p")
+    await store.start(failed.id, 3, TIMEOUT_S)
+    await store.fail(failed.id, "cannot decode image", final=True)
+    cancelled, _ = await store.create(new_job(), b"p")
+    await store.cancel(cancelled.id)
+    for job in (failed, cancelled):
+        assert await store.succeed(job.id, b"late", "application/x-npy") is False
+        assert (await store.get(job.id)).stores == 0
+
+
+async def test_a_job_keeps_its_owner(store: JobStore) -> None:
+    job, _ = await store.create(new_job(owner="alice"), b"p")
+    assert (await store.get(job.id)).owner == "alice"
+    anonymous, _ = await store.create(new_job(), b"p")
+    assert (await store.get(anonymous.id)).owner == ""
+
+
 async def test_only_a_queued_job_can_be_cancelled(store: JobStore) -> None:
     queued, _ = await store.create(new_job(), b"p")
     assert (await store.cancel(queued.id)).state == JobState.CANCELLED
-    assert (await store.start(queued.id, 3)).action == SKIP  # its message, when it comes, is dropped
+    assert (await store.start(queued.id, 3, TIMEOUT_S)).action == SKIP  # its message, when it comes, is dropped
     running, _ = await store.create(new_job(), b"p")
-    await store.start(running.id, 3)
+    await store.start(running.id, 3, TIMEOUT_S)
     with pytest.raises(JobConflict):
         await store.cancel(running.id)
     with pytest.raises(JobNotFound):
@@ -96,8 +138,14 @@ async def test_queued_jobs_are_counted_with_the_oldest_age(store: JobStore) -> N
     await store.create(new_job(), b"p")
     count, oldest = await store.queued()
     assert count == 2 and oldest == pytest.approx(first.created_at)
-    await store.start(first.id, 3)
+    await store.start(first.id, 3, TIMEOUT_S)
     assert (await store.queued())[0] == 1
+
+
+async def test_a_job_that_succeeds_from_queued_leaves_the_queue(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    assert await store.succeed(job.id, b"result", "application/x-npy") is True  # a result before its start was seen
+    assert await store.queued() == (0, None)
 
 
 async def test_records_expire_after_their_ttl(store: JobStore) -> None:
@@ -106,3 +154,14 @@ async def test_records_expire_after_their_ttl(store: JobStore) -> None:
     await asyncio.sleep(0.5)
     with pytest.raises(JobNotFound):
         await store.get(job.id)
+
+
+async def test_expired_records_are_purged_from_memory() -> None:
+    now = [1000.0]
+    store = MemoryJobStore(ttl_s=10, clock=lambda: now[0])
+    for key in ("a", "b", "c"):
+        await store.create(new_job(), b"p", idempotency_key=key)
+    now[0] += 11  # all three expired; nobody asks for them again
+    await store.create(new_job(), b"p")
+    assert len(store) == 1
+    assert (await store.create(new_job(), b"p", idempotency_key="a"))[1] is True  # the expired key is free again

@@ -2,12 +2,16 @@
 
 A job takes the same inputs as POST /v1/depth (parsed by the same function) and answers 202 at once;
 the output format is chosen at submission (Accept or ?format=), as for /v1/depth.
+
+With API keys configured a job belongs to the key that submitted it: idempotency keys are scoped by
+caller, and another caller asking for the job gets 404, as for a job that does not exist.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -21,6 +25,7 @@ from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import clean_request_id
 from depthserve.jobs.errors import BrokerUnavailable, JobConflict, JobError, JobNotFound
+from depthserve.jobs.model import Job, valid_job_id
 from depthserve.jobs.payloads import encode_payload
 from depthserve.jobs.service import JobService
 from depthserve.settings import GatewaySettings
@@ -49,6 +54,17 @@ def idempotency_key(raw: str | None) -> str | None:
     return raw
 
 
+def job_owner(edge: Edge, headers: Mapping[str, str], client_host: str | None) -> str:
+    """Authenticate and rate-limit like /v1/depth; the API key name owning the caller's jobs ("" without keys)."""
+    who = edge.caller(headers, client_host)
+    return who if edge.keys.enabled else ""
+
+
+def not_found(job_id: str) -> JobNotFound:
+    """The 404 for an unknown, expired, malformed or someone else's job: all look the same to the caller."""
+    return JobNotFound(f"no job {job_id[:64]!r} (unknown, or its results expired)")
+
+
 class SubmitJob:
     """The bare ASGI app behind POST /v1/jobs: check, read the upload, store and publish, answer 202."""
 
@@ -64,10 +80,12 @@ class SubmitJob:
             if scope["method"] != "POST":
                 raise GatewayError(405, "method_not_allowed", "use POST /v1/jobs to submit, GET /v1/jobs/{id} to look")
             client = scope.get("client")
-            self._edge.caller(headers, client[0] if client else None)
+            owner = job_owner(self._edge, headers, client[0] if client else None)
+            self._jobs.check_ready()
             query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
             model = query.get("model") or self._settings.model
             key = idempotency_key(headers.get("idempotency-key"))
+            scoped_key = None if key is None else f"{owner}:{key}"  # one caller's key never finds another's job
             try:
                 async with asyncio.timeout(self._settings.upload_timeout_s):
                     inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
@@ -76,9 +94,14 @@ class SubmitJob:
                     408, "upload_timeout", f"request body not received within {self._settings.upload_timeout_s:g}s"
                 ) from None
             try:
-                job, created = await self._jobs.submit(model, lambda job_id: encode_payload(model, inputs, job_id), key)
+                job, created = await self._jobs.submit(
+                    model, lambda job_id: encode_payload(model, inputs, job_id), scoped_key, owner
+                )
             except JobError as exc:
                 raise job_error(exc) from None
+        except JobError as exc:
+            await send_failure(scope, receive, send, job_error(exc), request_id)
+            return
         except GatewayError as error:
             await send_failure(scope, receive, send, error, request_id)
             return
@@ -110,18 +133,25 @@ def _accepts(accept: str | None, content_type: str) -> bool:
 def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[Route]:
     """The routes of the job API, each behind the API key and rate limit like /v1/depth."""
 
-    def checked(request: Request) -> str:
-        edge.caller({k.lower(): v for k, v in request.headers.items()}, request.client.host if request.client else None)
-        return request.path_params["job_id"]
+    async def owned(request: Request) -> Job:
+        """Check the caller, then give its job; 404 for a malformed id (no lookup) or another caller's job."""
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        owner = job_owner(edge, headers, request.client.host if request.client else None)
+        jobs.check_ready()
+        job_id = request.path_params["job_id"]
+        if not valid_job_id(job_id):
+            raise not_found(job_id)
+        job = await jobs.store.get(job_id)
+        if job.owner != owner:
+            raise not_found(job_id)
+        return job
 
     async def status(request: Request) -> Response:
         """Describe a job: state, attempts, timestamps, error."""
         try:
-            job_id = checked(request)
+            job = await owned(request)
             if request.method == "DELETE":
-                job = await jobs.store.cancel(job_id)
-            else:
-                job = await jobs.store.get(job_id)
+                job = await jobs.store.cancel(job.id)
         except GatewayError as error:
             return error.response()
         except JobError as exc:
@@ -131,8 +161,8 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
     async def result(request: Request) -> Response:
         """Pass back a succeeded job's result file, in the format chosen at submission."""
         try:
-            job_id = checked(request)
-            data, content_type = await jobs.store.result(job_id)
+            job = await owned(request)
+            data, content_type = await jobs.store.result(job.id)
         except GatewayError as error:
             return error.response()
         except JobError as exc:

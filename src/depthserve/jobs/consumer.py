@@ -2,7 +2,8 @@
 
 Workers run it against their own batcher and model (`depthserve worker --broker URL`); a gateway with
 the in-process broker runs it against its dispatcher. Per delivery: `store.start` counts the attempt
-(a job already ended is acknowledged and skipped), the executor computes, the result is stored at
+(a job already ended is acknowledged and skipped; one whose live attempt is still running is given
+back undone), the executor computes, the result is stored at
 most once, and only then is the message acknowledged. A failed attempt is re-published while
 attempts remain; after the last one the job is `failed` and its message dead-lettered.
 """
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 
 from depthserve.jobs.broker import Broker, Delivery
 from depthserve.jobs.errors import BrokerUnavailable, JobNotFound
-from depthserve.jobs.store import GAVE_UP, SKIP, JobStore
+from depthserve.jobs.model import JobState
+from depthserve.jobs.store import BUSY, GAVE_UP, SKIP, JobStore
 
 log = logging.getLogger("depthserve.jobs")
+BACKOFF_S = 0.5  # pause after a failed fetch, and before giving back a job another attempt is running
 
 
 class JobFailed(Exception):
@@ -45,6 +48,7 @@ class ConsumerCounts:
     dead_lettered: int = 0
     duplicates: int = 0
     skipped: int = 0
+    busy: int = 0  # deliveries given back because another attempt of the job was still running
 
 
 class JobConsumer:
@@ -74,6 +78,7 @@ class JobConsumer:
         self._running: dict[asyncio.Task[None], Delivery] = {}
         self._slot = asyncio.Event()
         self._stopping = False
+        self._loop_done: asyncio.Event | None = None
 
     @property
     def in_flight(self) -> int:
@@ -86,7 +91,8 @@ class JobConsumer:
         return free if self._free is None else min(free, self._free())
 
     async def run(self) -> None:
-        """Pull and run until `stop()`; broker outages are logged and waited out, never fatal."""
+        """Pull and run until `stop()`; broker outages and fetch bugs are logged and waited out, never fatal."""
+        self._loop_done = asyncio.Event()
         toucher = asyncio.create_task(self._touch_loop())
         try:
             while not self._stopping:
@@ -100,14 +106,24 @@ class JobConsumer:
                     deliveries = await self.broker.fetch(free, 0.5)
                 except BrokerUnavailable as exc:
                     log.warning("cannot fetch jobs: %s", exc)
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(BACKOFF_S)
                     continue
+                except Exception:  # noqa: BLE001 - a broker client bug must not end the loop for good
+                    log.exception("fetching jobs failed")
+                    await asyncio.sleep(BACKOFF_S)
+                    continue
+                if self._stopping:  # fetched while stop() ran: hand them back rather than start them
+                    for delivery in deliveries:
+                        with contextlib.suppress(BrokerUnavailable):
+                            await delivery.release()
+                    break
                 for delivery in deliveries:
                     task = asyncio.create_task(self._handle(delivery))
                     self._running[task] = delivery
                     task.add_done_callback(self._finished)
         finally:
             toucher.cancel()
+            self._loop_done.set()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -116,12 +132,24 @@ class JobConsumer:
             log.error("job handler failed", exc_info=task.exception())
 
     async def stop(self, grace_s: float) -> None:
-        """Stop taking jobs, give running ones `grace_s` to finish; the rest go back to the broker."""
+        """Stop taking jobs, give running ones `grace_s` to finish; the rest go back to the broker.
+
+        It first waits for the pull loop to end, so a fetch in flight cannot start jobs after stop returns.
+        """
         self._stopping = True
+        self._slot.set()
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + grace_s
+        if self._loop_done is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loop_done.wait(), max(grace_s, 1.0))  # a fetch waits at most 0.5 s
         if self._running:
-            await asyncio.wait(list(self._running), timeout=grace_s)
-        for task in list(self._running):
+            await asyncio.wait(list(self._running), timeout=max(0.0, ends - loop.time()))
+        leftover = list(self._running)
+        for task in leftover:
             task.cancel()
+        if leftover:
+            await asyncio.wait(leftover, timeout=1.0)
 
     async def _touch_loop(self) -> None:
         while True:
@@ -131,6 +159,8 @@ class JobConsumer:
                     await delivery.touch()
                 except BrokerUnavailable as exc:
                     log.warning("cannot extend job %s: %s", delivery.job_id, exc)
+                except Exception:  # noqa: BLE001 - one bad touch must not stop extending the others
+                    log.exception("extending job %s failed", delivery.job_id)
 
     async def _settle(self, delivery: Delivery, dead_reason: str | None = None) -> None:
         """Acknowledge (or dead-letter); a lost ack only means one more delivery, which stores nothing twice."""
@@ -149,7 +179,12 @@ class JobConsumer:
             await self._settle(delivery, "not a job message")
             return
         try:
-            start = await self.store.start(job_id, self._max_attempts)
+            start = await self.store.start(job_id, self._max_attempts, self._timeout_s)
+            if start.action == BUSY:
+                self.counts.busy += 1
+                await asyncio.sleep(BACKOFF_S)  # no hot loop of redeliveries while the live attempt runs
+                await delivery.release()
+                return
             if start.action == SKIP:
                 self.counts.skipped += 1
                 await self._settle(delivery)
@@ -161,6 +196,11 @@ class JobConsumer:
             payload = await self.store.payload(job_id)
             try:
                 result, content_type = await self._execute(payload, self._timeout_s)
+            except asyncio.CancelledError:
+                # stop() gave up on it: queue it again now, or its redelivery would wait out the job timeout.
+                with contextlib.suppress(Exception):
+                    await self.store.fail(job_id, "the worker stopped while running it", final=False)
+                raise
             except JobFailed as failure:
                 await self._failed(delivery, failure, start.attempts)
                 return
@@ -184,7 +224,10 @@ class JobConsumer:
 
     async def _failed(self, delivery: Delivery, failure: JobFailed, attempts: int) -> None:
         final = failure.permanent or attempts >= self._max_attempts
-        await self.store.fail(delivery.job_id, failure.message, final)
+        state = await self.store.fail(delivery.job_id, failure.message, final)
+        if not final and state != JobState.QUEUED:  # the job ended meanwhile (gave up, or a result landed)
+            await self._settle(delivery)
+            return
         if final:
             self.counts.failed += 1
             await self._settle(delivery, None if failure.permanent else failure.message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,11 +20,17 @@ class JobState(StrEnum):
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+_JOB_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def new_job_id() -> str:
     """A job id that is unguessable and safe in URLs, Redis keys and AMQP message ids."""
     return uuid.uuid4().hex
+
+
+def valid_job_id(text: str) -> bool:
+    """Whether `text` could be an id `new_job_id` made, so a path with anything else is a 404 without a lookup."""
+    return _JOB_ID.fullmatch(text) is not None
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Job:
     content_type: str | None = None
     stores: int = 0  # results stored: 1 once succeeded, never more (the exactly-once check)
     duplicates: int = 0  # later deliveries that computed a result again and found one already stored
+    owner: str = ""  # the API key name that submitted it ("" with no API keys): only it may see the job
+    gave_up: bool = False  # failed only because its attempts ran out: a late result may still be stored
 
     @property
     def final(self) -> bool:
@@ -75,7 +84,10 @@ class Job:
             "created_at": repr(self.created_at),
             "stores": str(self.stores),
             "duplicates": str(self.duplicates),
+            "owner": self.owner,
         }
+        if self.gave_up:
+            fields["gave_up"] = "1"
         for name in ("started_at", "finished_at"):
             value = getattr(self, name)
             if value is not None:
@@ -106,4 +118,6 @@ class Job:
             content_type=fields.get("content_type") or None,
             stores=int(fields.get("stores", "0")),
             duplicates=int(fields.get("duplicates", "0")),
+            owner=fields.get("owner", ""),
+            gave_up=fields.get("gave_up") == "1",
         )

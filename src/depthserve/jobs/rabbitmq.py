@@ -4,12 +4,15 @@ Queues under the namespace NS: `NS.jobs` (dead-letters to the fanout exchange `N
 `NS.dead`). A consumer's prefetch is its capacity, so RabbitMQ sends a worker a job only while it
 has a free slot. The connection is robust: after a cut it reconnects, re-declares and re-consumes;
 publishes retry until it is back (or `publish_timeout_s` passes); a message whose ack was lost with
-the old channel is delivered again, and the job store keeps its result once.
+the old channel is delivered again, and the job store keeps its result once. Messages prefetched on a
+channel that has since closed are dropped from the inbox unrun: the server requeued them already.
+The dead-letter queue keeps at most DEAD_LETTERS_KEPT messages (the oldest are dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -18,6 +21,17 @@ from depthserve.jobs.errors import BrokerUnavailable, broker_errors
 from depthserve.jobs.payloads import read_task, task_message
 
 log = logging.getLogger("depthserve.jobs")
+DEAD_LETTERS_KEPT = 100_000  # x-max-length of the dead-letter queue, as for the Redis dead-letter stream
+
+
+def _stale(message: Any) -> bool:
+    """Whether a prefetched message came on a channel that closed since (a reconnect): it was requeued."""
+    import aiormq.exceptions
+
+    try:
+        return bool(message.channel.is_closed)
+    except (aiormq.exceptions.ChannelInvalidStateError, RuntimeError):
+        return True
 
 
 class _RabbitDelivery(Delivery):
@@ -59,7 +73,7 @@ class RabbitBroker(Broker):
         import aio_pika
 
         dlx = await channel.declare_exchange(self.exchange_name, aio_pika.ExchangeType.FANOUT, durable=True)
-        dead = await channel.declare_queue(self.dead_name, durable=True)
+        dead = await channel.declare_queue(self.dead_name, durable=True, arguments={"x-max-length": DEAD_LETTERS_KEPT})
         await dead.bind(dlx)
         return await channel.declare_queue(
             self.queue_name, durable=True, arguments={"x-dead-letter-exchange": self.exchange_name}
@@ -68,15 +82,24 @@ class RabbitBroker(Broker):
     async def start(self, prefetch: int | None = None) -> None:
         import aio_pika
 
+        with contextlib.suppress(BrokerUnavailable):
+            await self.close()  # a retried start must not leave the connection of the last try open
         with broker_errors("rabbitmq connect"):
-            self._connection = await aio_pika.connect_robust(self.url, timeout=10, reconnect_interval=0.5)
-            self._publisher = await self._connection.channel(publisher_confirms=True)
-            await self._declare(self._publisher)
-            if prefetch is not None:
-                consumer = await self._connection.channel()
-                await consumer.set_qos(prefetch_count=max(1, prefetch))
-                queue = await self._declare(consumer)
-                await queue.consume(self._inbox.put, no_ack=False)
+            try:
+                self._connection = await aio_pika.connect_robust(self.url, timeout=10, reconnect_interval=0.5)
+                self._publisher = await self._connection.channel(publisher_confirms=True)
+                await self._declare(self._publisher)
+                if prefetch is not None:
+                    consumer = await self._connection.channel()
+                    await consumer.set_qos(prefetch_count=max(1, prefetch))
+                    queue = await self._declare(consumer)
+                    await queue.consume(self._inbox.put, no_ack=False)
+            except BaseException:
+                connection, self._connection, self._publisher = self._connection, None, None
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+                raise
 
     async def publish(self, job_id: str) -> None:
         import aio_pika
@@ -100,13 +123,21 @@ class RabbitBroker(Broker):
 
     async def fetch(self, max_count: int, wait_s: float) -> list[Delivery]:
         out: list[Delivery] = []
-        try:
-            first = await asyncio.wait_for(self._inbox.get(), wait_s)
-        except TimeoutError:
-            return out
-        messages = [first]
-        while len(messages) < max_count and not self._inbox.empty():
-            messages.append(self._inbox.get_nowait())
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + wait_s
+        messages: list[Any] = []
+        while not messages:
+            if self._inbox.empty():
+                try:
+                    first = await asyncio.wait_for(self._inbox.get(), max(0.0, ends - loop.time()))
+                except TimeoutError:
+                    return out
+            else:
+                first = self._inbox.get_nowait()
+            messages = [first]
+            while len(messages) < max_count and not self._inbox.empty():
+                messages.append(self._inbox.get_nowait())
+            messages = [message for message in messages if not _stale(message)]
         for message in messages:
             try:
                 job_id = read_task(message.body)
@@ -143,9 +174,10 @@ class RabbitBroker(Broker):
         return ids
 
     async def close(self) -> None:
-        if self._connection is not None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
             with broker_errors("rabbitmq close"):
-                await self._connection.close()
+                await connection.close()
 
     async def destroy(self) -> None:
         with broker_errors("rabbitmq"):

@@ -1,7 +1,8 @@
 """Job records in Redis hashes with a TTL; every state change is one Lua script, so it is atomic.
 
 Keys under the namespace NS: `NS:job:ID` (hash: fields of Job plus `result`), `NS:payload:ID` (the
-request, stored by reference so broker messages stay small), `NS:idem:KEY` (idempotency key -> id)
+request, stored by reference so broker messages stay small), `NS:idem:KEY` (idempotency key, which the
+gateway scopes by caller, -> id)
 and `NS:queued` (sorted set of queued ids by creation time, for queue age).
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from depthserve.jobs.errors import JobConflict, JobNotFound, broker_errors
 from depthserve.jobs.model import Job, JobState
-from depthserve.jobs.store import GAVE_UP, RUN, SKIP, JobStore, Start, gave_up_error
+from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, gave_up_error
 
 _CREATE = """
 if KEYS[3] ~= '' then
@@ -36,12 +37,19 @@ _START = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'skip', 0} end
 if state == 'succeeded' or state == 'failed' or state == 'cancelled' then
+  redis.call('ZREM', KEYS[3], ARGV[3])
   return {'skip', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
+end
+if state == 'running' then
+  local started = tonumber(redis.call('HGET', KEYS[1], 'started_at') or '0') or 0
+  if tonumber(ARGV[1]) - started < tonumber(ARGV[5]) then
+    return {'busy', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
+  end
 end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('ZREM', KEYS[3], ARGV[3])
 if attempts > tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[4])
+  redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[4], 'gave_up', '1')
   redis.call('DEL', KEYS[2])
   return {'gave_up', attempts}
 end
@@ -51,15 +59,17 @@ return {'run', attempts}
 _SUCCEED = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return -1 end
-if state ~= 'running' and state ~= 'queued' then
+local late = state == 'failed' and redis.call('HGET', KEYS[1], 'gave_up') == '1'
+if state ~= 'running' and state ~= 'queued' and not late then
   redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
   return 0
 end
 redis.call('HSET', KEYS[1], 'state', 'succeeded', 'finished_at', ARGV[1], 'result', ARGV[2], 'content_type', ARGV[3])
-redis.call('HDEL', KEYS[1], 'error')
+redis.call('HDEL', KEYS[1], 'error', 'gave_up')
 redis.call('HINCRBY', KEYS[1], 'stores', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[5])
 return 1
 """
 _FAIL = """
@@ -153,22 +163,24 @@ class RedisJobStore(JobStore):
             raise JobNotFound(f"job {job_id!r} has no payload (it ended or expired)")
         return bytes(data)
 
-    async def start(self, job_id: str, max_attempts: int) -> Start:
+    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
         job_key, payload_key = self._keys(job_id)
         with broker_errors("job store"):
             last = await self.redis.hget(job_key, "error")
             error = gave_up_error(max_attempts, _text(last) if last else None)
             action, attempts = await self._scripts["start"](
-                keys=[job_key, payload_key, self._queued_key], args=[repr(time.time()), max_attempts, job_id, error]
+                keys=[job_key, payload_key, self._queued_key],
+                args=[repr(time.time()), max_attempts, job_id, error, repr(float(job_timeout_s))],
             )
         action = _text(action)
-        return Start({"run": RUN, "gave_up": GAVE_UP}.get(action, SKIP), int(attempts or 0))
+        return Start({"run": RUN, "busy": BUSY, "gave_up": GAVE_UP}.get(action, SKIP), int(attempts or 0))
 
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
         job_key, payload_key = self._keys(job_id)
         with broker_errors("job store"):
             stored = await self._scripts["succeed"](
-                keys=[job_key, payload_key], args=[repr(time.time()), result, content_type, int(self.ttl_s * 1000)]
+                keys=[job_key, payload_key, self._queued_key],
+                args=[repr(time.time()), result, content_type, int(self.ttl_s * 1000), job_id],
             )
         if int(stored) < 0:
             raise JobNotFound(f"no job {job_id!r} (expired while it ran)")

@@ -3,6 +3,9 @@
 A delivered entry stays pending (in the group's PEL) until the consumer acknowledges it after the
 result is stored; an entry idle longer than the visibility timeout is re-claimed by a live consumer.
 A consumer that is still working on a job resets the idle time with XCLAIM (`touch`).
+XAUTOCLAIM resumes from the cursor it returned last, so orphans behind many live entries are reached.
+If Redis lost the stream and its group (a restart without persistence, FLUSHALL), the next XADD
+makes a bare stream; a consumer that then meets NOGROUP creates the group again and carries on.
 """
 
 from __future__ import annotations
@@ -72,16 +75,31 @@ class RedisStreamsBroker(Broker):
         self.visibility_ms = max(1, int(visibility_timeout_s * 1000))
         self._next_claim = 0.0
         self._next_prune = 0.0
+        self._claim_from: Any = "0-0"
 
     async def start(self, prefetch: int | None = None) -> None:
+        with broker_errors("redis streams"):
+            await self._create_group()
+
+    async def _create_group(self) -> None:
+        """Create the stream and the consumer group, unless the group exists."""
         import redis.exceptions
 
-        with broker_errors("redis streams"):
-            try:
-                await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-            except redis.exceptions.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _recreated_group(self, exc: Exception) -> bool:
+        """On NOGROUP (Redis lost the stream or group) create it again and say so; False for other errors."""
+        import redis.exceptions
+
+        if not isinstance(exc, redis.exceptions.ResponseError) or "NOGROUP" not in str(exc):
+            return False
+        await self._create_group()
+        self._claim_from = "0-0"
+        return True
 
     async def publish(self, job_id: str) -> None:
         with broker_errors("redis streams publish"):
@@ -102,29 +120,40 @@ class RedisStreamsBroker(Broker):
         loop = asyncio.get_running_loop()
         out: list[Delivery] = []
         with broker_errors("redis streams fetch"):
-            if loop.time() >= self._next_claim:
-                self._next_claim = loop.time() + min(1.0, self.visibility_ms / 4000)
-                reply = await self.redis.xautoclaim(
-                    self.stream, self.group, self.consumer, self.visibility_ms, "0-0", count=max_count
-                )
-                out += self._deliveries(reply[1])
-            if loop.time() >= self._next_prune:
-                self._next_prune = loop.time() + FORGET_CONSUMER_AFTER_S / 10
-                await self.forget_dead_consumers(max(FORGET_CONSUMER_AFTER_S, 10 * self.visibility_ms / 1000))
-            if len(out) < max_count:
-                block = None if out else max(1, int(wait_s * 1000))
-                reply = await self.redis.xreadgroup(
-                    self.group, self.consumer, {self.stream: ">"}, count=max_count - len(out), block=block
-                )
-                for _stream, entries in reply or []:
-                    out += self._deliveries(entries)
+            try:
+                if loop.time() >= self._next_claim:
+                    self._next_claim = loop.time() + min(1.0, self.visibility_ms / 4000)
+                    reply = await self.redis.xautoclaim(
+                        self.stream, self.group, self.consumer, self.visibility_ms, self._claim_from, count=max_count
+                    )
+                    self._claim_from = reply[0]  # "0-0" again once the scan wrapped around
+                    out += self._deliveries(reply[1])
+                if loop.time() >= self._next_prune:
+                    self._next_prune = loop.time() + FORGET_CONSUMER_AFTER_S / 10
+                    await self.forget_dead_consumers(max(FORGET_CONSUMER_AFTER_S, 10 * self.visibility_ms / 1000))
+                if len(out) < max_count:
+                    block = None if out else max(1, int(wait_s * 1000))
+                    reply = await self.redis.xreadgroup(
+                        self.group, self.consumer, {self.stream: ">"}, count=max_count - len(out), block=block
+                    )
+                    for _stream, entries in reply or []:
+                        out += self._deliveries(entries)
+            except Exception as exc:
+                if not await self._recreated_group(exc):
+                    raise
         return out
 
     async def forget_dead_consumers(self, idle_s: float) -> list[str]:
         """Drop group consumers idle over `idle_s` with nothing pending (names of killed workers); their names."""
-        forgotten = []
+        forgotten: list[str] = []
         with broker_errors("redis streams"):
-            for consumer in await self.redis.xinfo_consumers(self.stream, self.group):
+            try:
+                consumers = await self.redis.xinfo_consumers(self.stream, self.group)
+            except Exception as exc:
+                if not await self._recreated_group(exc):
+                    raise
+                return forgotten
+            for consumer in consumers:
                 name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else str(consumer["name"])
                 if name != self.consumer and consumer["pending"] == 0 and consumer["idle"] >= idle_s * 1000:
                     await self.redis.xgroup_delconsumer(self.stream, self.group, name)

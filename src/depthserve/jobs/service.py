@@ -1,11 +1,16 @@
-"""The gateway's side of jobs: accept (store, then publish), look up, cancel, and report queue stats."""
+"""The gateway's side of jobs: accept (store, then publish), look up, cancel, and report queue stats.
+
+If the broker cannot be reached when the gateway starts, the gateway starts anyway: the job API
+answers 503 (BrokerUnavailable) and the connection is retried in the background until it succeeds.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from depthserve.jobs.broker import Broker, broker_kind, open_broker
@@ -16,6 +21,16 @@ from depthserve.jobs.store import JobStore, MemoryJobStore
 
 log = logging.getLogger("depthserve.jobs")
 DEFAULT_JOB_STORE = "redis://127.0.0.1:6379/0"
+START_RETRY_S = 1.0  # pause between attempts to reach a broker that was down at boot
+
+
+async def close_quietly(*closers: Callable[[], Awaitable[None]]) -> None:
+    """Run every closer even if one raises: shutdown must not stop halfway."""
+    for closer in closers:
+        try:
+            await closer()
+        except Exception as exc:  # noqa: BLE001 - best effort: log it and close the rest
+            log.warning("closing jobs: %s: %s", type(exc).__name__, exc)
 
 
 def open_store(broker_url: str | None, store_url: str | None, namespace: str, ttl_s: float) -> JobStore:
@@ -38,7 +53,9 @@ class JobService:
         self.store = store
         self.consumer = consumer
         self.last_stats: dict[str, Any] = {"broker": broker.kind, "durable": broker.durable}
+        self.start_error: str | None = "jobs broker not connected yet"
         self._consumer_task: Any = None
+        self._starter: asyncio.Task[None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Any, executor: Executor | None = None) -> JobService:
@@ -59,38 +76,63 @@ class JobService:
         return cls(broker, store, consumer)
 
     async def start(self) -> None:
-        """Connect the broker (publisher side) and start the in-process consumer if there is one."""
-        import asyncio
+        """Connect the broker (publisher side) and start the in-process consumer; if the broker is down, keep
+        trying in the background (the job API answers 503 meanwhile)."""
+        try:
+            await self._connect()
+        except BrokerUnavailable as exc:
+            self.start_error = f"jobs broker unavailable: {exc}"
+            log.warning("%s; retrying in the background", self.start_error)
+            self._starter = asyncio.create_task(self._keep_connecting())
 
+    async def _connect(self) -> None:
         await self.broker.start()
+        self.start_error = None
         if self.consumer is not None:
             self._consumer_task = asyncio.create_task(self.consumer.run())
 
+    async def _keep_connecting(self) -> None:
+        while True:
+            await asyncio.sleep(START_RETRY_S)
+            try:
+                await self._connect()
+            except BrokerUnavailable as exc:
+                self.start_error = f"jobs broker unavailable: {exc}"
+                continue
+            log.info("jobs broker connected")
+            return
+
+    def check_ready(self) -> None:
+        """Raise BrokerUnavailable while the broker has not been reached since boot."""
+        if self.start_error is not None:
+            raise BrokerUnavailable(self.start_error)
+
     async def close(self) -> None:
-        """Stop the in-process consumer, then disconnect."""
+        """Stop retrying, stop the in-process consumer, then disconnect (each step even if one fails)."""
+        if self._starter is not None:
+            self._starter.cancel()
+            await asyncio.gather(self._starter, return_exceptions=True)
         if self.consumer is not None and self._consumer_task is not None:
             await self.consumer.stop(1.0)
             self._consumer_task.cancel()
-        for closer in (self.broker.close, self.store.close):
-            try:
-                await closer()
-            except BrokerUnavailable as exc:
-                log.warning("closing jobs: %s", exc)
+        await close_quietly(self.broker.close, self.store.close)
 
     async def submit(
-        self, model: str, payload: Callable[[str], bytes], idempotency_key: str | None
+        self, model: str, payload: Callable[[str], bytes], idempotency_key: str | None, owner: str = ""
     ) -> tuple[Job, bool]:
         """Store the job (payload built for its id), then publish it; True if new.
 
-        If the broker refuses, the job is forgotten (it was never accepted) and BrokerUnavailable propagates.
+        If the broker refuses, or the submission is cancelled while publishing, the job is forgotten (it was
+        never accepted) and the error propagates. `owner` is the caller the job belongs to.
         """
-        job = Job(id=new_job_id(), model=model, created_at=time.time())
+        self.check_ready()
+        job = Job(id=new_job_id(), model=model, created_at=time.time(), owner=owner)
         job, created = await self.store.create(job, payload(job.id), idempotency_key)
         if not created:
             return job, False
         try:
             await self.broker.publish(job.id)
-        except BrokerUnavailable:
+        except BaseException:
             with contextlib.suppress(BrokerUnavailable):
                 await self.store.discard(job.id, idempotency_key)  # never accepted: a retry starts afresh
             raise
@@ -98,6 +140,7 @@ class JobService:
 
     async def stats(self) -> dict[str, Any]:
         """Queue depth and the age of the oldest queued job, for autoscaling (and the last value in last_stats)."""
+        self.check_ready()
         queued, oldest = await self.store.queued()
         stats: dict[str, Any] = {
             "broker": self.broker.kind,

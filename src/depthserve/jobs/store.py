@@ -3,6 +3,14 @@
 Every state change is one atomic step, so a job delivered twice stores its result once:
 `start` moves queued -> running and counts the attempt, `succeed` stores a result only if none is
 stored yet, `cancel` only touches a job that has not started.
+
+Redeliveries of a running job: `start` counts no attempt for a job whose current attempt began less
+than the job timeout ago (that attempt may still be computing) and says BUSY, so the consumer gives
+the message back undone. Past the timeout the attempt is presumed dead and the redelivery counts.
+
+Late results: `succeed` stores a result while the job is queued or running, and also when it is
+`failed` only because its attempts ran out (`gave_up`): a slow attempt that finishes after that
+still lands. It never overwrites a stored result, a cancellation, or a failure an attempt reported.
 """
 
 from __future__ import annotations
@@ -15,12 +23,14 @@ from dataclasses import dataclass, replace
 from depthserve.jobs.errors import JobConflict, JobNotFound
 from depthserve.jobs.model import FINAL_STATES, Job, JobState
 
-RUN, SKIP, GAVE_UP = "run", "skip", "gave_up"
+RUN, SKIP, BUSY, GAVE_UP = "run", "skip", "busy", "gave_up"
+PURGE_EVERY_S = 60.0  # at most this long between sweeps of expired in-memory records
 
 
 @dataclass(frozen=True)
 class Start:
-    """What a consumer should do with a delivered job: run it, skip it (final or gone), or dead-letter it."""
+    """What a consumer should do with a delivered job: run it, skip it (final or gone), give it back (BUSY:
+    a live attempt runs it), or dead-letter it."""
 
     action: str
     attempts: int
@@ -48,12 +58,18 @@ class JobStore(ABC):
         """The job's request payload, stored by reference beside the record."""
 
     @abstractmethod
-    async def start(self, job_id: str, max_attempts: int) -> Start:
-        """Count one attempt and mark the job running; past max_attempts mark it failed and say GAVE_UP."""
+    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
+        """Count one attempt and mark the job running; past max_attempts mark it failed and say GAVE_UP.
+
+        A job running for less than `job_timeout_s` is left alone (BUSY): its attempt may still finish.
+        """
 
     @abstractmethod
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
-        """Store the result unless one is already stored (then count a duplicate); True if stored now."""
+        """Store the result unless the job ended otherwise (then count a duplicate); True if stored now.
+
+        A job that failed only by running out of attempts still takes the result (see the module docstring).
+        """
 
     @abstractmethod
     async def fail(self, job_id: str, error: str, final: bool) -> JobState:
@@ -96,6 +112,21 @@ class MemoryJobStore(JobStore):
         self._clock = clock
         self._jobs: dict[str, _Entry] = {}
         self._keys: dict[str, tuple[str, float]] = {}
+        self._next_purge = 0.0
+
+    def __len__(self) -> int:
+        """Records held, expired ones not yet swept included."""
+        return len(self._jobs)
+
+    def _purge(self, now: float) -> None:
+        """Drop expired records and keys, at most every few seconds, so memory stays bounded by the TTL."""
+        if now < self._next_purge:
+            return
+        self._next_purge = now + min(PURGE_EVERY_S, max(0.1, self.ttl_s / 2))
+        for job_id in [job_id for job_id, entry in self._jobs.items() if entry.expires_at <= now]:
+            del self._jobs[job_id]
+        for key in [key for key, (_, expires_at) in self._keys.items() if expires_at <= now]:
+            del self._keys[key]
 
     def _entry(self, job_id: str) -> _Entry:
         entry = self._jobs.get(job_id)
@@ -106,6 +137,7 @@ class MemoryJobStore(JobStore):
 
     async def create(self, job: Job, payload: bytes, idempotency_key: str | None = None) -> tuple[Job, bool]:
         now = self._clock()
+        self._purge(now)
         if idempotency_key is not None:
             known = self._keys.get(idempotency_key)
             if known is not None and known[1] > now and known[0] in self._jobs:
@@ -128,7 +160,7 @@ class MemoryJobStore(JobStore):
             raise JobNotFound(f"job {job_id!r} has no payload any more (it ended)")
         return entry.payload
 
-    async def start(self, job_id: str, max_attempts: int) -> Start:
+    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
         try:
             entry = self._entry(job_id)
         except JobNotFound:
@@ -136,9 +168,11 @@ class MemoryJobStore(JobStore):
         job = entry.job
         if job.state in FINAL_STATES:
             return Start(SKIP, job.attempts)
+        if job.state == JobState.RUNNING and self._clock() - (job.started_at or 0.0) < job_timeout_s:
+            return Start(BUSY, job.attempts)
         job.attempts += 1
         if job.attempts > max_attempts:
-            job.state, job.finished_at = JobState.FAILED, self._clock()
+            job.state, job.finished_at, job.gave_up = JobState.FAILED, self._clock(), True
             job.error = gave_up_error(max_attempts, job.error)
             entry.payload = None
             return Start(GAVE_UP, job.attempts)
@@ -148,10 +182,11 @@ class MemoryJobStore(JobStore):
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
         entry = self._entry(job_id)
         job = entry.job
-        if job.state not in (JobState.RUNNING, JobState.QUEUED):
+        if job.state not in (JobState.RUNNING, JobState.QUEUED) and not (job.state == JobState.FAILED and job.gave_up):
             job.duplicates += 1
             return False
         job.state, job.finished_at, job.content_type, job.error = JobState.SUCCEEDED, self._clock(), content_type, None
+        job.gave_up = False
         job.stores += 1
         entry.result, entry.payload = result, None
         entry.expires_at = self._clock() + self.ttl_s
@@ -187,6 +222,7 @@ class MemoryJobStore(JobStore):
 
     async def queued(self) -> tuple[int, float | None]:
         now = self._clock()
+        self._purge(now)
         entries = self._jobs.values()
         waiting = [e.job.created_at for e in entries if e.job.state == JobState.QUEUED and e.expires_at > now]
         return len(waiting), min(waiting, default=None)

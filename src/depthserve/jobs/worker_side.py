@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from depthserve.jobs.broker import open_broker
 from depthserve.jobs.consumer import JobConsumer
 from depthserve.jobs.executors import worker_executor
-from depthserve.jobs.service import open_store
+from depthserve.jobs.service import close_quietly, open_store
 
 if TYPE_CHECKING:
     from depthserve.settings import WorkerSettings
@@ -50,8 +50,7 @@ class WorkerJobs:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self.broker.close()
-        await self.store.close()
+        await close_quietly(self.broker.close, self.store.close)
         counts = self.consumer.counts
         log.info(
             "jobs: %d succeeded, %d failed, %d retried, %d duplicates",
