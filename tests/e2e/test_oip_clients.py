@@ -27,6 +27,7 @@ from depthserve.probes import free_port
 from depthserve.testing.processes import start_gateway, start_worker
 
 MODEL = "lingbot-depth"
+HUGE = {"a": 10**20}  # a parameter past int64
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +236,32 @@ def test_grpc_bad_requests_get_invalid_argument(
         (b"{}", {"Inference-Header-Content-Length": "99"}, 400, "only 2 bytes"),
         (gzip.compress(b" " * (8 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413, "limit"),
         (b"{}", {"Content-Encoding": "br"}, 415, "gzip or deflate"),
+        (  # 13 s of big-int work on the event loop before shapes were capped; 4 KB compressed
+            gzip.compress(
+                json.dumps({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [10**18] * 40000}]}).encode()
+            ),
+            {"Content-Encoding": "gzip"},
+            400,
+            "40000 dimensions; at most 16",
+        ),
+        (b"[" * 100_000, {}, 400, "nested too deeply"),
+        (b'{"inputs": [' + b"1" * 5000 + b"]}", {}, 400, "not valid JSON"),
+        (b"{}", {"Inference-Header-Content-Length": "1" * 40}, 400, "byte count"),
+        (
+            json.dumps({"inputs": [{"name": "image", "datatype": "UINT8", "shape": [0, 10**20], "data": []}]}).encode(),
+            {},
+            400,
+            "does not fit int64",
+        ),
+        (
+            json.dumps(
+                {"inputs": [{"name": "image", "datatype": "UINT8", "shape": [1], "data": [1]}], "parameters": HUGE}
+            ).encode(),
+            {},
+            400,
+            "does not fit int64",
+        ),
+        (gzip.compress(b"{}") + b"trailing", {"Content-Encoding": "gzip"}, 400, "trailing data"),
     ],
 )
 def test_raw_rest_errors_are_json_with_a_message(
@@ -296,3 +323,88 @@ def test_grpc_stream_infer_answers_each_request_and_reports_errors_on_the_stream
         assert_matches_v1(cluster, result.as_numpy("depth"))
     assert len(errors) == 1 and "UINT8" in errors[0].message()
     assert_healthy(cluster)
+
+
+LONG = "m" * 300
+
+
+@pytest.mark.parametrize("path", ["", "/ready", "/config", "/stats", "/versions/1", "/versions/" + LONG])
+def test_rest_model_names_past_the_cap_get_400(cluster: dict[str, Any], path: str) -> None:
+    model = LONG if not path.startswith("/versions/" + LONG) else MODEL
+    reply = httpx.get(f"{cluster['url']}/v2/models/{model}{path}", timeout=10)
+    assert reply.status_code == 400, reply.text
+    assert "at most 256" in reply.json()["error"] and len(reply.text) < 1000
+    infer = httpx.post(f"{cluster['url']}/v2/models/{LONG}/infer", content=b"{}", timeout=10)
+    assert infer.status_code == 400 and "at most 256" in infer.json()["error"]
+
+
+def test_grpc_model_names_past_the_cap_are_invalid_argument_without_retries(
+    cluster: dict[str, Any], rgb_png: bytes
+) -> None:
+    def retries() -> list[str]:
+        text = httpx.get(f"{cluster['url']}/metrics", timeout=10).text
+        return [line for line in text.splitlines() if line.startswith("depthserve_gateway_retries")]
+
+    before = retries()
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    calls = [
+        lambda: client.get_model_metadata(LONG),
+        lambda: client.is_model_ready(LONG),
+        lambda: client.get_model_config(MODEL, LONG),
+        lambda: client.get_inference_statistics(LONG),
+        lambda: client.infer(LONG, [png_input(grpcclient, rgb_png)]),
+        lambda: client.infer(MODEL, [png_input(grpcclient, rgb_png)], model_version=LONG),
+        # the worker quotes a bad format back; 100 KB of it overflowed gRPC metadata: RESOURCE_EXHAUSTED, retried
+        lambda: client.infer(MODEL, [png_input(grpcclient, rgb_png)], parameters={"format": "x" * 100_000}),
+    ]
+    for call in calls:
+        with pytest.raises(InferenceServerException) as caught:
+            call()
+        assert caught.value.status() == "StatusCode.INVALID_ARGUMENT" and "at most" in caught.value.message()
+    client.close()
+    assert retries() == before  # refused at the gateway: no backend saw the name, nothing was retried
+    assert_healthy(cluster)
+
+
+def test_made_up_model_names_add_no_statistics_rows(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    client = httpclient.InferenceServerClient(cluster["http"])
+    for index in range(20):
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer(f"made-up-{index}", [png_input(httpclient, rgb_png)])
+        assert caught.value.status() == "404"
+    client.infer(MODEL, [png_input(httpclient, rgb_png)])
+    names = {row["name"] for row in client.get_inference_statistics()["model_stats"]}
+    assert names == {MODEL}
+    client.close()
+
+
+def test_a_cancelled_stream_ends_every_request_without_tracebacks(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    before = len(cluster["gateway"].output())
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for index in range(40):  # more than a stream's window: the rest wait in gRPC flow control
+        client.async_stream_infer(MODEL, [png_input(grpcclient, rgb_png)], request_id=f"c{index}")
+    results.get(timeout=60)  # some are running
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    assert_healthy(cluster)
+    again = grpcclient.InferenceServerClient(cluster["grpc"])
+    assert_matches_v1(cluster, again.infer(MODEL, [png_input(grpcclient, rgb_png)]).as_numpy("depth"))
+    again.close()
+    log = cluster["gateway"].output()[before:]
+    assert "Traceback" not in log and "ExecuteBatchError" not in log, log[-3000:]
+
+
+def test_a_stream_flooded_with_requests_stays_within_its_window(cluster: dict[str, Any], rgb_png: bytes) -> None:
+    """80 requests at once on one stream: unbounded, they overflowed the worker's queue of 64 (RESOURCE_EXHAUSTED)."""
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(cluster["grpc"])
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for index in range(80):
+        client.async_stream_infer(MODEL, [png_input(grpcclient, rgb_png)], request_id=f"f{index}")
+    answers = [results.get(timeout=120) for _ in range(80)]
+    client.stop_stream()
+    client.close()
+    assert [error for _, error in answers if error is not None] == []
+    assert {result.get_response().id for result, _ in answers} == {f"f{index}" for index in range(80)}

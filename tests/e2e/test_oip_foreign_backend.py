@@ -6,12 +6,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import HealthServicer
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from tritonclient.utils import InferenceServerException
 
 from depthserve.probes import free_port, grpc_serving
@@ -93,4 +99,50 @@ def test_grpc_infer_passes_through_and_typed_replies_are_readable(cluster: dict[
     with pytest.raises(InferenceServerException, match="INT32 inputs a and b") as caught:
         client.infer("add", [wrong])
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    client.close()
+
+
+class BrokenServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """An OIP server whose replies do not hold together: 7 bytes of raw contents for a [2] FP32 output."""
+
+    def ModelReady(self, request: pb.ModelReadyRequest, context: grpc.ServicerContext) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=True)
+
+    def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.ServicerContext) -> pb.ModelInferResponse:
+        response = pb.ModelInferResponse(model_name="broken")
+        response.outputs.add(name="y", datatype="FP32", shape=[2])
+        response.raw_output_contents.append(b"\x00" * 7)
+        return response
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The broken server, in this process, behind a gateway; gives the gateway's host:port."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(BrokenServicer(), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    health.set("", health_pb2.HealthCheckResponse.SERVING)
+    logs = tmp_path_factory.mktemp("broken")
+    config = logs / "gateway.yaml"
+    config.write_text("probe_inference_every: 0\nhealth_interval_s: 0.2\n")
+    try:
+        gateway, url = start_gateway(logs, [f"127.0.0.1:{port}"], "--model", "broken", "--config", str(config))
+    except BaseException:
+        server.stop(None)
+        raise
+    yield url.removeprefix("http://")
+    gateway.stop()
+    server.stop(None)
+
+
+def test_a_malformed_backend_reply_is_a_502_not_a_400_or_500(broken: str) -> None:
+    client = httpclient.InferenceServerClient(broken)
+    tensor = httpclient.InferInput("x", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], dtype=np.int32), binary_data=False)
+    with pytest.raises(InferenceServerException, match="has 7 bytes") as caught:
+        client.infer("broken", [tensor], outputs=[httpclient.InferRequestedOutput("y", binary_data=False)])
+    assert caught.value.status() == "502"
     client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -10,11 +11,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlencode
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
 
-from depthserve.gateway.dashboard import dashboard_html
+from depthserve.gateway.dashboard import dashboard_html, history
+from depthserve.telemetry.history import RequestHistory
 from depthserve.testing.observed import ObservedCluster, observed_cluster
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -112,3 +118,15 @@ def test_dashboard_and_history_are_served(busy_cluster: ObservedCluster) -> None
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     points = httpx.get(busy_cluster.gateway_url + "/v1/cluster/history").json()["points"]
     assert any(p["qps"] > 0 for p in points)
+
+
+@pytest.mark.parametrize(
+    ("given", "window"),
+    [("7", 7), ("60", 60), ("\u00b2", 5), ("\u0663", 5), ("0", 5), ("61", 5), ("9" * 5000, 5), ("x", 5)],
+)
+async def test_history_window_is_ascii_digits_in_range_or_the_default(given: str, window: int) -> None:
+    app = Starlette()
+    app.state.metrics = SimpleNamespace(history=RequestHistory())
+    query = urlencode({"window_s": given}).encode()
+    reply = await history(Request({"type": "http", "app": app, "query_string": query, "headers": []}))
+    assert reply.status_code == 200 and json.loads(reply.body)["window_s"] == window

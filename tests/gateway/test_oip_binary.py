@@ -50,6 +50,11 @@ def test_plain_json_body_has_no_binary_part() -> None:
         (b'{"inputs": [}', None, "not valid JSON"),
         (b"[1, 2]", None, "JSON object"),
         (b"\xff\xfe", None, "not valid JSON"),
+        (b"[" * 100_000, None, "nested too deeply"),
+        (b'{"a": ' + b"1" * 5000 + b"}", None, "not valid JSON"),  # past Python's int digit limit
+        (b"{}", "\u00b2", "byte count"),  # a digit to isdigit(), not to int()
+        (b"{}", "9" * 5000, "byte count"),
+        (b"{}", "1" * 19, "byte count"),
     ],
 )
 def test_broken_headers_are_refused_with_a_reason(body: bytes, length: str | None, message: str) -> None:
@@ -78,3 +83,13 @@ def test_reply_with_binary_outputs_says_where_the_json_ends() -> None:
 def test_reply_without_binary_outputs_is_plain_json() -> None:
     body, length = join_body({"model_name": "m", "outputs": []}, [])
     assert length is None and json.loads(body) == {"model_name": "m", "outputs": []}
+
+
+def test_error_messages_stay_short_whatever_the_client_sent() -> None:
+    for body, length in ((b"{}", "x" * 100_000), (b'{"a": ' + b"1" * 5000 + b"}", None)):
+        with pytest.raises(TensorError) as caught:
+            split_body(body, length)
+        assert len(str(caught.value)) < 300
+    with pytest.raises(TensorError) as named:
+        slice_inputs([{"name": "n" * 100_000, "parameters": {"binary_data_size": 8}}], memoryview(b""))
+    assert len(str(named.value)) < 300

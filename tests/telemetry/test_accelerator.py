@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from depthserve.telemetry.accelerator import AcceleratorSample, CachedProbe, probe_for, read_process
 from depthserve.testing.fakes import FakeClock
 
@@ -32,3 +36,34 @@ def test_readings_are_cached_for_the_interval() -> None:
 def test_cuda_without_nvml_falls_back_to_process_figures() -> None:
     sample = probe_for("cuda:0").sample()  # no GPU on the development and CI machines
     assert sample.mem_total > 0 and sample.util is None
+
+
+def test_a_failing_read_keeps_the_last_reading_and_is_retried_after_the_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    failing = [False]
+
+    def read() -> AcceleratorSample:
+        if failing[0]:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")  # what pynvml raises on a transient driver fault
+        return AcceleratorSample(0.25, 7, 10, 50.0)
+
+    probe = CachedProbe(read, interval_s=0.5, clock=clock)
+    good = probe.sample()
+    failing[0] = True
+    with caplog.at_level(logging.WARNING, logger="depthserve.telemetry"):
+        for _ in range(3):
+            clock.advance(0.6)
+            assert probe.sample() == good  # every reply still gets a reading
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1  # logged once, not per reply
+    failing[0] = False
+    clock.advance(0.6)
+    assert probe.sample() == good
+
+
+def test_a_probe_that_never_worked_reports_unknown_figures() -> None:
+    def read() -> AcceleratorSample:
+        raise OSError("no device")
+
+    assert CachedProbe(read).sample() == AcceleratorSample(None, 0, 0, 0.0)

@@ -13,6 +13,8 @@ from depthserve.gateway.errors import GatewayError
 ENCODINGS = ("gzip", "deflate")
 _CHUNK = 1024 * 1024
 MIN_COMPRESS = 1024  # smaller responses gain nothing worth the CPU
+MAX_MEMBERS = 64  # concatenated gzip files: a few are real, thousands of empty ones only cost the event loop
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _decoder(encoding: str, raw_deflate: bool = False) -> zlib._Decompress:
@@ -23,22 +25,33 @@ def _decoder(encoding: str, raw_deflate: bool = False) -> zlib._Decompress:
 
 
 def _inflate(body: bytes, encoding: str, limit: int, raw_deflate: bool) -> bytes:
-    decoder = _decoder(encoding, raw_deflate)
+    """Decompress every gzip member (RFC 1952 allows several) within `limit`; anything else after the end is refused."""
     parts: list[bytes] = []
-    size = 0
+    size = members = 0
     data = body
-    while data and not decoder.eof:
-        part = decoder.decompress(data, _CHUNK)
-        size += len(part)
-        if size > limit:
+    while True:
+        members += 1
+        if members > MAX_MEMBERS:
+            raise GatewayError(400, "invalid_request", f"{encoding} body has more than {MAX_MEMBERS} members")
+        decoder = _decoder(encoding, raw_deflate)
+        while data and not decoder.eof:
+            part = decoder.decompress(data, _CHUNK)
+            size += len(part)
+            if size > limit:
+                raise GatewayError(
+                    413, "body_too_large", f"{encoding} body inflates past the {limit}-byte limit on request bodies"
+                )
+            parts.append(part)
+            data = decoder.unconsumed_tail
+        if not decoder.eof:
+            raise GatewayError(400, "invalid_request", f"{encoding} body is truncated")
+        data = decoder.unused_data
+        if not data:
+            return b"".join(parts)
+        if encoding != "gzip" or not data.startswith(_GZIP_MAGIC):
             raise GatewayError(
-                413, "body_too_large", f"{encoding} body inflates past the {limit}-byte limit on request bodies"
+                400, "invalid_request", f"{len(data)} bytes of trailing data after the end of the {encoding} body"
             )
-        parts.append(part)
-        data = decoder.unconsumed_tail
-    if not decoder.eof:
-        raise GatewayError(400, "invalid_request", f"{encoding} body is truncated")
-    return b"".join(parts)
 
 
 def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:

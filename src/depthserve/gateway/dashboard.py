@@ -34,7 +34,8 @@ async def metrics(request: Request) -> Response:
 async def history(request: Request) -> Response:
     """QPS, errors and p50/p95/p99 of inference requests over the last minutes, for the dashboard's charts."""
     raw = request.query_params.get("window_s", "5")
-    window = int(raw) if raw.isdigit() and 1 <= int(raw) <= 60 else 5
+    # isdigit() alone admits "²", which int() refuses: ASCII digits only, and few of them
+    window = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 2 and 1 <= int(raw) <= 60 else 5
     return JSONResponse(request.app.state.metrics.history.series(window))
 
 

@@ -13,6 +13,7 @@ from depthserve.protocol.tensors import TensorError
 
 HEADER_LENGTH = "inference-header-content-length"
 BINARY_SIZE = "binary_data_size"
+_MAX_DIGITS = 18  # a byte count past 10**18 is no body this side of the body limit; int() never sees more
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview]:
@@ -21,16 +22,18 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
         size = len(body)
     else:
         text = header_length.strip()
-        if not (text.isascii() and text.isdigit()):
-            raise TensorError(f"Inference-Header-Content-Length must be a byte count, got {header_length!r}")
+        if not (text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS):
+            raise TensorError(f"Inference-Header-Content-Length must be a byte count, got {header_length[:40]!r}")
         size = int(text)
         if size > len(body):
             raise TensorError(f"Inference-Header-Content-Length is {size} but the body has only {len(body)} bytes")
     view = memoryview(body)
     try:
         header = json.loads(view[:size].tobytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TensorError(f"request header is not valid JSON: {exc}") from None
+    except RecursionError:  # e.g. "[" * 100000: deeper than the parser's stack
+        raise TensorError("request header is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and integers past Python's digit limit
+        raise TensorError(f"request header is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
         raise TensorError("request header must be a JSON object")
     return header, view[size:]
@@ -43,7 +46,7 @@ def binary_size(tensor: dict[str, Any]) -> int | None:
         return None
     size = params[BINARY_SIZE]
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise TensorError(f"tensor {tensor.get('name')!r}: binary_data_size must be a non-negative integer")
+        raise TensorError(f"tensor {str(tensor.get('name'))[:80]!r}: binary_data_size must be a non-negative integer")
     return size
 
 
@@ -58,7 +61,7 @@ def slice_inputs(inputs: list[Any], binary: memoryview) -> list[memoryview | Non
             continue
         if offset + size > len(binary):
             raise TensorError(
-                f"input {tensor.get('name')!r} wants {size} bytes of binary data at offset {offset}, "
+                f"input {str(tensor.get('name'))[:80]!r} wants {size} bytes of binary data at offset {offset}, "
                 f"but only {len(binary) - offset} remain"
             )
         slices.append(binary[offset : offset + size])

@@ -7,7 +7,7 @@ GatewayError becomes a gRPC status in one place, `_answer` (on a stream: an erro
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -25,6 +25,7 @@ from depthserve.gateway.forwarding import clean_request_id
 from depthserve.gateway.metrics import GatewayMetrics
 from depthserve.gateway.oip_json import check_request, with_raw_outputs
 from depthserve.gateway.oip_service import OipService
+from depthserve.gateway.oip_stream import answer_stream
 from depthserve.protocol.tensors import TensorError
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import REQUEST_ID
@@ -191,22 +192,20 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Triton's streaming inference: requests on one stream run at once, each reply sent as it is ready.
+        """Triton's streaming inference: a window of requests per stream runs at once (`oip_stream`), replies as ready.
 
         A failed request answers with `error_message` on the stream, which stays open (Triton's rule).
         """
         headers = _metadata(context)
         peer = _peer_host(context.peer())
-        replies: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        running: set[asyncio.Task[None]] = set()
 
-        async def one(request: pb.ModelInferRequest) -> None:
+        async def one(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
             request_id = clean_request_id(request.id or headers.get("x-request-id", ""))
             REQUEST_ID.set(request_id)
             try:
                 response, _ = await self._forward(request, headers, peer, request_id, self._settings.request_timeout_s)
                 response.id = request.id
-                replies.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+                return pb.ModelStreamInferResponse(infer_response=response)
             except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply on the stream
                 if not isinstance(exc, GatewayError):
                     log.exception("OIP stream request failed")
@@ -214,27 +213,11 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
                 empty = pb.ModelInferResponse(
                     id=request.id, model_name=request.model_name, model_version=request.model_version
                 )
-                replies.put_nowait(pb.ModelStreamInferResponse(error_message=message, infer_response=empty))
+                return pb.ModelStreamInferResponse(error_message=message, infer_response=empty)
 
-        async def read() -> None:
-            try:
-                async for request in request_iterator:
-                    task = asyncio.create_task(one(request))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                if running:
-                    await asyncio.gather(*running, return_exceptions=True)
-            finally:
-                replies.put_nowait(None)  # end of the reply stream, also when the client went away
-
-        reader = asyncio.create_task(read())
-        try:
-            while (reply := await replies.get()) is not None:
+        async with contextlib.aclosing(answer_stream(request_iterator, one)) as replies:
+            async for reply in replies:
                 yield reply
-        finally:
-            reader.cancel()
-            for task in list(running):
-                task.cancel()
 
 
 def _server_credentials(settings: GatewaySettings) -> grpc.ServerCredentials | None:

@@ -17,8 +17,22 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.oip_binary import BINARY_SIZE
-from depthserve.protocol.tensors import DATATYPES, TensorError, deserialize_bytes, element_count, serialize_bytes
+from depthserve.protocol.tensors import (
+    DATATYPES,
+    MAX_BYTES_ELEMENTS,
+    TensorError,
+    check_bytes_count,
+    deserialize_bytes,
+    element_count,
+    serialize_bytes,
+)
 
+MAX_NAME_BYTES = 256  # model, version, tensor and parameter names: longer ones are refused, never echoed whole
+# A backend may quote a bad parameter in its error; past ~16 KB that error no longer fits gRPC metadata and
+# comes back as RESOURCE_EXHAUSTED, which the gateway retries. String parameters are settings, not payloads.
+MAX_PARAM_BYTES = 4096
+_unpack_prefix = struct.Struct("<I").unpack_from
+_SHOWN = 80  # characters of a client's value quoted back in an error message
 ITEM_SIZES = {**{name: dtype.itemsize for name, dtype in DATATYPES.items()}, "BF16": 2}
 KNOWN_TYPES = (*DATATYPES, "BF16", "BYTES")
 BINARY_OUTPUT = "binary_data_output"
@@ -38,6 +52,10 @@ _TYPED_FIELDS = {
 }
 
 
+class ReplyError(TensorError):
+    """A backend reply that does not hold together: the gateway's fault to report as 502, not the client's."""
+
+
 @dataclass(frozen=True)
 class OutputChoice:
     """Which outputs the client asked for (None: all) and which of them travel as binary."""
@@ -46,39 +64,63 @@ class OutputChoice:
     binary_default: bool
 
 
-def _check_name(value: Any, what: str) -> str:
+def shown(value: Any) -> str:
+    """Quote a client's value in an error message, cut short so a huge value cannot make a huge message."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"<{value.bit_length()}-bit integer>"
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+def check_name(value: Any, what: str) -> str:
+    """Refuse a name that is not a non-empty string of at most MAX_NAME_BYTES UTF-8 bytes."""
     if not isinstance(value, str) or not value:
         raise TensorError(f"{what} must be a non-empty string")
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise TensorError(f"{what} {shown(value)} is not valid Unicode (a lone surrogate)") from None
+    if size > MAX_NAME_BYTES:
+        raise TensorError(f"{what} {shown(value)} is {size} bytes long; at most {MAX_NAME_BYTES} are accepted")
     return value
 
 
 def _shape(tensor: dict[str, Any], name: str) -> list[int]:
     shape = tensor.get("shape")
     if not isinstance(shape, list) or any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
-        raise TensorError(f"input {name!r}: shape must be a list of integers, got {shape!r}")
-    element_count(shape)  # refuses negative dimensions
+        raise TensorError(f"input {name!r}: shape must be a list of integers, got {shown(shape)}")
+    try:
+        element_count(shape)  # refuses negative, huge and too many dimensions
+    except TensorError as exc:
+        raise TensorError(f"input {name!r}: {exc}") from None
     return shape
 
 
 def _datatype(tensor: dict[str, Any], name: str) -> str:
     datatype = tensor.get("datatype")
-    if datatype not in KNOWN_TYPES:
-        raise TensorError(f"input {name!r}: unknown datatype {datatype!r}; expected one of {', '.join(KNOWN_TYPES)}")
-    return str(datatype)
+    if not isinstance(datatype, str) or datatype not in KNOWN_TYPES:
+        raise TensorError(
+            f"input {name!r}: unknown datatype {shown(datatype)}; expected one of {', '.join(KNOWN_TYPES)}"
+        )
+    return datatype
 
 
-def count_bytes_elements(raw: bytes | memoryview) -> int:
-    """Count the length-prefixed elements of a BYTES tensor without copying them, refusing a truncated one."""
+def count_bytes_elements(raw: bytes | memoryview, limit: int = MAX_BYTES_ELEMENTS) -> int:
+    """Count the length-prefixed elements of a BYTES tensor without copying them, refusing a truncated one.
+
+    The scan is a Python loop (about 0.17 s per million elements), so it stops past `limit` elements.
+    """
     view = memoryview(raw)
-    offset = count = 0
-    while offset < len(view):
-        if offset + 4 > len(view):
+    end = len(view)
+    offset = count = size = 0
+    while offset < end:
+        if count >= limit:
+            raise TensorError(f"BYTES tensor holds more than {limit} elements")
+        if end - offset < 4:
             raise TensorError("BYTES tensor ends inside a length prefix")
-        (size,) = struct.unpack_from("<I", view, offset)
+        size = _unpack_prefix(view, offset)[0]
         offset += 4 + size
-        if offset > len(view):
-            raise TensorError(f"BYTES element of {size} bytes runs past the end of the tensor")
         count += 1
+    if offset > end:
+        raise TensorError(f"BYTES element of {size} bytes runs past the end of the tensor")
     return count
 
 
@@ -86,7 +128,11 @@ def check_raw(name: str, datatype: str, shape: list[int], raw: bytes | memoryvie
     """Check that raw contents hold exactly the elements their shape and datatype say."""
     count = element_count(shape)
     if datatype == "BYTES":
-        found = count_bytes_elements(raw)
+        check_bytes_count(len(raw), count)  # bounds the scan below, before it starts
+        try:
+            found = count_bytes_elements(raw, count)
+        except TensorError as exc:
+            raise TensorError(f"input {name!r}: {exc}; shape {shape} needs {count}") from None
         if found != count:
             raise TensorError(f"input {name!r}: BYTES data holds {found} elements, shape {shape} needs {count}")
         return
@@ -152,13 +198,29 @@ def _json_to_param(name: str, value: Any, target: pb.InferParameter) -> None:
     if isinstance(value, bool):
         target.bool_param = value
     elif isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise TensorError(f"parameter {name!r}: integer {shown(value)} does not fit int64")
         target.int64_param = value
     elif isinstance(value, float):
         target.double_param = value
     elif isinstance(value, str):
+        _check_string_param(name, value)
         target.string_param = value
     else:
         raise TensorError(f"parameter {name!r} must be a boolean, number or string")
+
+
+def _check_string_param(name: str, value: str) -> None:
+    size = len(value.encode())
+    if size > MAX_PARAM_BYTES:
+        raise TensorError(f"parameter {name!r} is {size} bytes long; at most {MAX_PARAM_BYTES} are accepted")
+
+
+def _check_grpc_params(params: Any, where: str) -> None:
+    for key, value in params.items():
+        check_name(key, f"{where}: parameter name")
+        if value.WhichOneof("parameter_choice") == "string_param":
+            _check_string_param(key, value.string_param)
 
 
 def _copy_params(params: Any, target: Any, skip: tuple[str, ...], where: str) -> None:
@@ -168,7 +230,7 @@ def _copy_params(params: Any, target: Any, skip: tuple[str, ...], where: str) ->
         raise TensorError(f"{where}: parameters must be an object")
     for key, value in params.items():
         if key not in skip:
-            _json_to_param(key, value, target[key])
+            _json_to_param(check_name(key, f"{where}: parameter name"), value, target[key])
 
 
 def _output_choice(doc: dict[str, Any], request: pb.ModelInferRequest) -> OutputChoice:
@@ -185,7 +247,7 @@ def _output_choice(doc: dict[str, Any], request: pb.ModelInferRequest) -> Output
     for item in outputs:
         if not isinstance(item, dict):
             raise TensorError("each requested output must be an object")
-        name = _check_name(item.get("name"), "output name")
+        name = check_name(item.get("name"), "output name")
         params = item.get("parameters") or {}
         binary = params.get("binary_data", default) if isinstance(params, dict) else default
         if not isinstance(binary, bool):
@@ -200,6 +262,15 @@ def parse_infer_request(
     doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
 ) -> tuple[pb.ModelInferRequest, OutputChoice]:
     """Build the ModelInferRequest for a REST infer body whose binary slices were already split off."""
+    try:
+        return _parse_infer_request(doc, binary, model, version)
+    except UnicodeEncodeError:  # a JSON string with a lone surrogate has no UTF-8 form for protobuf
+        raise TensorError("request strings must be valid Unicode: a lone surrogate has no UTF-8 form") from None
+
+
+def _parse_infer_request(
+    doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
+) -> tuple[pb.ModelInferRequest, OutputChoice]:
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise TensorError("'inputs' must be a non-empty list")
@@ -212,7 +283,7 @@ def parse_infer_request(
     for tensor, raw in zip(inputs, binary, strict=True):
         if not isinstance(tensor, dict):
             raise TensorError("each input must be an object")
-        name = _check_name(tensor.get("name"), "input name")
+        name = check_name(tensor.get("name"), "input name")
         if name in seen:
             raise TensorError(f"input {name!r} given twice")
         seen.add(name)
@@ -241,18 +312,21 @@ def _param_json(param: pb.InferParameter) -> Any:
 def _typed_to_raw(tensor: pb.ModelInferResponse.InferOutputTensor) -> bytes:
     field = _TYPED_FIELDS.get(tensor.datatype)
     if field is None:
-        raise TensorError(f"output {tensor.name!r} of datatype {tensor.datatype} came without raw contents")
+        raise ReplyError(f"output {tensor.name!r} of datatype {tensor.datatype} came without raw contents")
     values = list(getattr(tensor.contents, field))
     if tensor.datatype == "BYTES":
         return serialize_bytes(values)
-    return np.asarray(values, dtype=DATATYPES[tensor.datatype]).tobytes()
+    try:
+        return np.asarray(values, dtype=DATATYPES[tensor.datatype]).tobytes()
+    except (OverflowError, ValueError):  # e.g. 300 in int_contents of an INT8 output
+        raise ReplyError(f"output {tensor.name!r} has values out of range for {tensor.datatype}") from None
 
 
 def output_contents(response: pb.ModelInferResponse) -> list[bytes]:
     """Give each output's raw contents, from raw_output_contents or converted from typed contents."""
     if response.raw_output_contents:
         if len(response.raw_output_contents) != len(response.outputs):
-            raise TensorError("backend reply has raw contents for only some outputs")
+            raise ReplyError("backend reply has raw contents for only some outputs")
         return list(response.raw_output_contents)
     return [_typed_to_raw(tensor) for tensor in response.outputs]
 
@@ -272,14 +346,19 @@ def _json_data(datatype: str, shape: list[int], raw: bytes) -> list[Any] | None:
     """Give flat JSON data for raw contents, or None when it has no faithful JSON form (BF16, non-UTF-8)."""
     if datatype == "BF16":
         return None
-    if datatype == "BYTES":
-        try:
-            return [item.decode() for item in deserialize_bytes(raw, element_count(shape))]
-        except UnicodeDecodeError:
-            return None
+    try:
+        count = element_count(shape)
+        if datatype == "BYTES":
+            return [item.decode() for item in deserialize_bytes(raw, count)]
+    except UnicodeDecodeError:
+        return None
+    except TensorError as exc:
+        raise ReplyError(f"output of shape {shape}: {exc}") from None
     dtype = DATATYPES.get(datatype)
     if dtype is None:
         return None
+    if len(raw) != count * dtype.itemsize:
+        raise ReplyError(f"output of shape {shape} and datatype {datatype} has {len(raw)} bytes")
     return np.frombuffer(raw, dtype=dtype).tolist()
 
 
@@ -389,17 +468,30 @@ def check_request(request: pb.ModelInferRequest) -> None:
     """Check a gRPC ModelInferRequest's names, datatypes and raw sizes before any backend sees it."""
     if not request.model_name:
         raise TensorError("model_name is required")
+    check_name(request.model_name, "model_name")
+    if request.model_version:
+        check_name(request.model_version, "model_version")
+    _check_grpc_params(request.parameters, "request")
+    for output in request.outputs:
+        check_name(output.name, "output name")
+        _check_grpc_params(output.parameters, f"output {output.name!r}")
     if not request.inputs:
         raise TensorError("a request needs at least one input")
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise TensorError(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs; give one per input")
     for index, tensor in enumerate(request.inputs):
+        check_name(tensor.name, "input name")
+        _check_grpc_params(tensor.parameters, f"input {tensor.name!r}")
         if tensor.datatype not in KNOWN_TYPES:
             raise TensorError(
-                f"input {tensor.name!r}: unknown datatype {tensor.datatype!r}; expected one of {', '.join(KNOWN_TYPES)}"
+                f"input {tensor.name!r}: unknown datatype {shown(tensor.datatype)}; "
+                f"expected one of {', '.join(KNOWN_TYPES)}"
             )
         shape = list(tensor.shape)
-        element_count(shape)
+        try:
+            element_count(shape)
+        except TensorError as exc:
+            raise TensorError(f"input {tensor.name!r}: {exc}") from None
         if raw:
             check_raw(tensor.name, tensor.datatype, shape, raw[index])

@@ -21,7 +21,13 @@ from depthserve.gateway.control_routes import guarded
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import clean_request_id
 from depthserve.gateway.oip_binary import HEADER_LENGTH, join_body, slice_inputs, split_body
-from depthserve.gateway.oip_json import OutputChoice, infer_response_json, model_metadata_json, parse_infer_request
+from depthserve.gateway.oip_json import (
+    OutputChoice,
+    ReplyError,
+    infer_response_json,
+    model_metadata_json,
+    parse_infer_request,
+)
 from depthserve.gateway.oip_service import OipService
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.logs import REQUEST_ID
@@ -146,7 +152,9 @@ class InferEndpoint:
             )
             try:
                 header, chunks = infer_response_json(reply, choice)
-            except TensorError as exc:
+            except ReplyError as exc:
+                raise GatewayError(502, "backend_error", f"backend {backend}: {exc}") from None
+            except TensorError as exc:  # asked for an output the model does not give
                 raise GatewayError(400, "invalid_request", str(exc)) from None
             body, header_length = join_body(header, chunks)
         except GatewayError as error:
@@ -180,7 +188,7 @@ def oip_routes(service: OipService) -> list[BaseRoute]:
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         routes += [
             Route(base, guarded(_errors(model_metadata), always=True)),
-            Route(base + "/ready", guarded(model_ready, always=True)),
+            Route(base + "/ready", guarded(_errors(model_ready), always=True)),
             Route(base + "/config", guarded(_errors(model_config), always=True)),
             Route(base + "/stats", guarded(_errors(model_stats), always=True)),
             Route(base + "/infer", infer, methods=["POST"]),

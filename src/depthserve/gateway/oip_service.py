@@ -20,9 +20,10 @@ from depthserve.gateway.backend import Backend
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
 from depthserve.gateway.forwarding import BuildRequest, Forwarder
-from depthserve.gateway.oip_json import config_from_metadata, message_to_json
+from depthserve.gateway.oip_json import check_name, config_from_metadata, message_to_json
 from depthserve.gateway.oip_stats import ModelStats
 from depthserve.gateway.pool import BackendPool
+from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.tracing import span
 
 T = TypeVar("T")
@@ -39,6 +40,8 @@ class OipService:
         self.forwarder = forwarder
         self.settings = forwarder.settings
         self.stats = ModelStats()
+        settings = self.settings
+        self.known_models = {settings.model, *settings.policies, *settings.model_limits}
 
     def server_metadata(self) -> pb.ServerMetadataResponse:
         """Name, version and protocol extensions of the gateway itself."""
@@ -68,6 +71,7 @@ class OipService:
 
     async def model_ready(self, model: str, version: str) -> bool:
         """Whether some ready backend says the model (and version) is ready."""
+        check_model(model, version)
         request = pb.ModelReadyRequest(name=model, version=version)
         try:
             candidates = self._candidates(model, version)
@@ -84,6 +88,7 @@ class OipService:
 
     async def model_metadata(self, model: str, version: str) -> pb.ModelMetadataResponse:
         """The model's metadata, as a backend that serves it reports it."""
+        check_model(model, version)
         request = pb.ModelMetadataRequest(name=model, version=version)
 
         async def ask(backend: Backend, timeout: float) -> pb.ModelMetadataResponse:
@@ -93,6 +98,7 @@ class OipService:
 
     async def model_config(self, model: str, version: str) -> dict[str, Any]:
         """The model's Triton config (REST JSON form): the backend's own, or derived from its metadata."""
+        check_model(model, version)
 
         async def ask(backend: Backend, timeout: float) -> dict[str, Any]:
             try:
@@ -115,6 +121,7 @@ class OipService:
 
     async def statistics(self, model: str, version: str) -> dict[str, Any]:
         """The gateway's inference statistics; for a named model, 404 unless some backend serves it."""
+        check_model(model, version)
         if model:
             await self.model_metadata(model, version)
         return self.stats.report(model, version)
@@ -129,7 +136,13 @@ class OipService:
         timeout_s: float | None,
         build: BuildRequest,
     ) -> tuple[pb.ModelInferResponse, str]:
-        """Forward one inference like any other request (admitted, balanced, retried) and count it."""
+        """Forward one inference like any other request (admitted, balanced, retried) and count it.
+
+        A (model, version) gets a statistics row once a backend served it, or from the start for a
+        configured model without a version: failures alone never add a row, so names a client makes up
+        (refused with 401, 404 or 400) cannot grow the table.
+        """
+        check_model(model, version)
         started = time.perf_counter_ns()
         ok = False
         try:
@@ -140,4 +153,16 @@ class OipService:
             ok = True
             return reply, backend
         finally:
-            self.stats.record(model, version, ok, time.perf_counter_ns() - started)
+            if ok or self.stats.has(model, version) or (model in self.known_models and not version):
+                self.stats.record(model, version, ok, time.perf_counter_ns() - started)
+
+
+def check_model(model: str, version: str) -> None:
+    """Refuse a model or version name no backend could serve (too long, not Unicode) before anything else sees it."""
+    try:
+        if model:
+            check_name(model, "model name")
+        if version:
+            check_name(version, "model version")
+    except TensorError as exc:
+        raise GatewayError(400, "invalid_request", str(exc)) from None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+MAX_ROWS = 1024  # (model, version) pairs kept; a backend lax about versions cannot grow the table past this
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 
 
@@ -32,7 +33,11 @@ class ModelStats:
 
     def record(self, model: str, version: str, ok: bool, elapsed_ns: int) -> None:
         """Count one finished inference and its end-to-end time."""
-        counts = self._counts.setdefault((model, version), _Counts())
+        counts = self._counts.get((model, version))
+        if counts is None:
+            if len(self._counts) >= MAX_ROWS:
+                return
+            counts = self._counts[(model, version)] = _Counts()
         if ok:
             counts.success += 1
             counts.success_ns += elapsed_ns
@@ -40,6 +45,10 @@ class ModelStats:
             counts.fail += 1
             counts.fail_ns += elapsed_ns
         counts.last_ms = self._wall_ms()
+
+    def has(self, model: str, version: str) -> bool:
+        """Whether (model, version) already has a row."""
+        return (model, version) in self._counts
 
     def report(self, model: str = "", version: str = "") -> dict[str, Any]:
         """Give `{"model_stats": [...]}` for one model (and version) or, with no model, every model seen."""

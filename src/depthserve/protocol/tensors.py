@@ -23,6 +23,12 @@ DATATYPES: dict[str, np.dtype] = {
     "FP64": np.dtype("<f8"),
 }
 _NAMES = {dtype: name for name, dtype in DATATYPES.items()}
+# Triton's models have a handful of dimensions; 16 leaves room for any real one and keeps error text short.
+MAX_DIMS = 16
+# 2**40 elements is a terabyte or more of tensor: far past any body limit, yet small enough to multiply cheaply.
+MAX_ELEMENTS = 2**40
+# BYTES elements are counted one length prefix at a time in Python: a million is a bounded scan (~0.1 s).
+MAX_BYTES_ELEMENTS = 1_000_000
 
 
 class TensorError(ValueError):
@@ -38,12 +44,23 @@ def datatype_of(array: np.ndarray) -> str:
 
 
 def element_count(shape: Sequence[int]) -> int:
-    """Count the elements of a shape, refusing negative dimensions."""
+    """Count the elements of a shape, refusing shapes no real tensor has before any big-number arithmetic.
+
+    At most MAX_DIMS dimensions, each in [0, 2**63) (int64, as the protocol's shapes are), and at most
+    MAX_ELEMENTS elements in all: a client-given shape must not cost the event loop more than a few
+    multiplications of small numbers.
+    """
+    if len(shape) > MAX_DIMS:
+        raise TensorError(f"shape has {len(shape)} dimensions; at most {MAX_DIMS} are accepted")
+    if any(not -(2**63) <= dim < 2**63 for dim in shape):
+        raise TensorError("shape has a dimension that does not fit int64")
+    if any(dim < 0 for dim in shape):
+        raise TensorError(f"shape {list(shape)} has a negative dimension")
     count = 1
     for dim in shape:
-        if dim < 0:
-            raise TensorError(f"shape {list(shape)} has a negative dimension")
         count *= dim
+        if count > MAX_ELEMENTS:
+            raise TensorError(f"shape {list(shape)} holds more than {MAX_ELEMENTS} elements")
     return count
 
 
@@ -76,12 +93,25 @@ def serialize_bytes(elements: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
+def check_bytes_count(size: int, count: int | None) -> None:
+    """Refuse a BYTES element count that is too many to scan, or more than `size` bytes of prefixes can hold."""
+    if count is None:
+        return
+    if count > MAX_BYTES_ELEMENTS:
+        raise TensorError(f"BYTES tensor of {count} elements; at most {MAX_BYTES_ELEMENTS} are accepted")
+    if size < 4 * count:  # each element needs at least its 4-byte length prefix
+        raise TensorError(f"BYTES tensor of {size} bytes cannot hold the {count} elements its shape says")
+
+
 def deserialize_bytes(raw: bytes, count: int | None = None) -> list[bytes]:
     """Unpack length-prefixed BYTES elements, refusing lengths that run past the end."""
+    check_bytes_count(len(raw), count)
     view = memoryview(raw)
     elements: list[bytes] = []
     offset = 0
     while offset < len(view):
+        if len(elements) >= MAX_BYTES_ELEMENTS:
+            raise TensorError(f"BYTES tensor holds more than {MAX_BYTES_ELEMENTS} elements")
         if offset + 4 > len(view):
             raise TensorError("BYTES tensor ends inside a length prefix")
         (size,) = struct.unpack_from("<I", view, offset)

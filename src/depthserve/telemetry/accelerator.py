@@ -7,11 +7,14 @@ not an NVML call.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+log = logging.getLogger("depthserve.telemetry")
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class AcceleratorProbe(Protocol):
 
 
 class CachedProbe:
-    """Wraps a reading function so it runs at most once per `interval_s`."""
+    """Wraps a reading function so it runs at most once per `interval_s`, and so its failures never reach a reply."""
 
     def __init__(
         self,
@@ -46,13 +49,27 @@ class CachedProbe:
         self._clock = clock
         self._at = float("-inf")
         self._last = AcceleratorSample(None, 0, 0, 0.0)
+        self._failing = False
 
     def sample(self) -> AcceleratorSample:
-        """Give the cached reading, refreshing it when older than the interval."""
+        """Give the cached reading, refreshing it when older than the interval; a failed read keeps the last one.
+
+        Every reply carries a reading, so a transient NVML error (a GPU reset, a driver hiccup) must
+        not fail inference: it is logged once per failing spell and retried after the interval.
+        """
         now = self._clock()
         if now - self._at >= self._interval_s:
-            self._last = self._read()
             self._at = now
+            try:
+                self._last = self._read()
+            except Exception:  # noqa: BLE001 - any probe failure: keep serving with the last reading
+                if not self._failing:
+                    log.warning("accelerator reading failed; reporting the last one until it works", exc_info=True)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.info("accelerator readings work again")
+                self._failing = False
         return self._last
 
 
