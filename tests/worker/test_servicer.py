@@ -104,6 +104,10 @@ async def test_unknown_model_is_not_found(rgb_png: bytes) -> None:
         image.set_data_from_numpy(np.array([rgb_png], dtype=np.object_))
         with pytest.raises(InferenceServerException, match="unknown model"):
             await client.infer("no-such-model", [image])
+        # A name far longer than gRPC metadata allows is still refused as NOT_FOUND, its echo cut short.
+        with pytest.raises(InferenceServerException) as huge:
+            await client.infer("m" * 100_000, [image])
+        assert huge.value.status() == "StatusCode.NOT_FOUND" and len(huge.value.message()) <= 1100
     finally:
         await client.close()
         await worker.server.stop(0)

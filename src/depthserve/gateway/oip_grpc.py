@@ -238,7 +238,9 @@ async def start_grpc(service: OipService, edge: Edge, metrics: GatewayMetrics | 
             ("grpc.max_receive_message_length", body_limit),
             ("grpc.max_send_message_length", settings.max_message_mb * 1024 * 1024),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        # Calls past what admission could hold are refused at once (RESOURCE_EXHAUSTED), never buffered.
+        maximum_concurrent_rpcs=settings.max_in_flight + settings.max_queue,
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(GatewayServicer(service, edge, metrics), server)
     credentials = _server_credentials(settings)

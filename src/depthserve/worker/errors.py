@@ -37,8 +37,19 @@ def _client_errors() -> tuple[type[Exception], ...]:
 CLIENT_ERRORS = _client_errors()
 
 
+MAX_MESSAGE_CHARS = 1024  # a status message may quote client input; metadata has a size limit
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Map an exception to the status a client sees; unexpected ones are logged and reported as INTERNAL."""
+    """Map an exception to the status a client sees, its message cut short enough to fit gRPC metadata."""
+    code, message = _status(exc)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 15] + " ... (shortened)"
+    return code, message
+
+
+def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """Unexpected exceptions are logged and reported as INTERNAL."""
     if isinstance(exc, CLIENT_ERRORS):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, (QueueFull, MemoryFull)):
