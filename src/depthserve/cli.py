@@ -24,7 +24,7 @@ JobStoreOpt = Annotated[str | None, typer.Option(help="Redis URL for job state [
 JobNamespaceOpt = Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")]
 JobTtlSOpt = Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")]
 JobMaxAttemptsOpt = Annotated[int | None, typer.Option(help="attempts before a job fails [3]")]
-JobVisibilityTimeoutSOpt = Annotated[float | None, typer.Option(help="Redis re-claim after, s [30]")]
+JobVisibilityTimeoutSOpt = Annotated[float | None, typer.Option(help="re-run a silent job after, s [30]")]
 JobTimeoutSOpt = Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")]
 LogLevelOpt = Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")]
 

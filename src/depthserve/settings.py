@@ -49,7 +49,7 @@ class JobFields(BaseModel):
     job_ttl_s: float = Field(86400.0, gt=0, description="how long job state and results are kept")
     job_max_attempts: int = Field(3, ge=1, description="attempts of a job before it fails and is dead-lettered")
     job_visibility_timeout_s: float = Field(
-        30.0, gt=0, description="Redis Streams: a job held this long by a silent consumer goes to another"
+        30.0, gt=0, description="a job whose running attempt is silent this long goes to another worker (any broker)"
     )
     job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
 

@@ -24,7 +24,8 @@ class Rig:
         executor: ScriptedExecutor,
         capacity: int = 2,
         max_attempts: int = 3,
-        job_timeout_s: float = 5,
+        stale_after_s: float = 5,
+        touch_every_s: float = 1,
         broker: InProcessBroker | None = None,
     ) -> None:
         self.broker = broker or InProcessBroker()
@@ -36,8 +37,9 @@ class Rig:
             executor,
             capacity,
             max_attempts=max_attempts,
-            job_timeout_s=job_timeout_s,
-            touch_every_s=1,
+            job_timeout_s=5,
+            stale_after_s=stale_after_s,
+            touch_every_s=touch_every_s,
         )
 
     async def submit(self, payload: bytes) -> str:
@@ -106,7 +108,7 @@ async def test_bad_input_fails_at_once_without_retries(rig_factory: Rigs) -> Non
 
 
 async def test_a_duplicate_delivery_stores_the_result_once(rig_factory: Rigs) -> None:
-    rig = Rig(ScriptedExecutor(), job_timeout_s=0)  # the first attempt counts as dead: the duplicate computes too
+    rig = Rig(ScriptedExecutor(), stale_after_s=0)  # the first attempt counts as dead: the duplicate computes too
     job_id = await rig.submit(b"twice")
     await rig.broker.publish(job_id)  # at-least-once: the broker hands the same job out again
     await start(rig_factory, rig)
@@ -138,6 +140,31 @@ async def test_a_duplicate_delivery_while_the_job_runs_is_given_back_not_counted
     job = await rig.store.get(job_id)
     assert (job.attempts, job.stores) == (1, 1) and rig.executor.calls == [b"slow"]
     assert rig.consumer.counts.skipped == 1  # the given-back message came round again and was dropped
+
+
+async def test_heartbeats_keep_a_job_running_past_the_stale_window_busy(rig_factory: Rigs) -> None:
+    gate = asyncio.Event()
+
+    class Gated(ScriptedExecutor):
+        async def __call__(self, payload: bytes, timeout_s: float) -> tuple[bytes, str]:
+            self.calls.append(payload)
+            await gate.wait()
+            return b"ok", "text/plain"
+
+    rig = Rig(Gated(), stale_after_s=1.0, touch_every_s=0.1)
+    job_id = await rig.submit(b"long")
+    await rig.broker.publish(job_id)  # redelivered again and again while the attempt outlives the window
+    await start(rig_factory, rig)
+    for _ in range(200):  # each give-back waits BACKOFF_S: four of them are well past the 1 s window
+        if rig.consumer.counts.busy >= 4 or len(rig.executor.calls) > 1:
+            break
+        await asyncio.sleep(0.05)
+    assert rig.executor.calls == [b"long"]  # never started twice while its attempt kept beating
+    gate.set()
+    assert (await rig.final(job_id)).state == JobState.SUCCEEDED
+    await rig.settled()
+    job = await rig.store.get(job_id)
+    assert (job.attempts, job.stores, job.duplicates) == (1, 1, 0) and rig.executor.calls == [b"long"]
 
 
 async def test_a_cancelled_job_is_never_run(rig_factory: Rigs) -> None:

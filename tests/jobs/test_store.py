@@ -32,8 +32,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[JobStore]:
         await clean_up(REDIS_URL, namespace)
 
 
-TIMEOUT_S = 30.0  # the job timeout: a running job's redelivery within it is left to the live attempt
-DEAD = 0.0  # a job timeout already over: the running attempt counts as dead
+FRESH = 30.0  # stale_after_s: a heartbeat younger than this means the running attempt is alive
+DEAD = 0.0  # every heartbeat is already stale: the running attempt counts as dead
 
 
 def new_job(owner: str = "") -> Job:
@@ -44,14 +44,14 @@ async def test_a_job_runs_once_and_its_result_is_stored_once(store: JobStore) ->
     job, created = await store.create(new_job(), b"payload")
     assert created and (await store.get(job.id)).state == JobState.QUEUED
     assert await store.payload(job.id) == b"payload"
-    assert (await store.start(job.id, 3, TIMEOUT_S)).action == RUN
+    assert (await store.start(job.id, 3, FRESH)).action == RUN
     assert (await store.get(job.id)).state == JobState.RUNNING
     assert await store.succeed(job.id, b"result", "application/x-npy") is True
     assert await store.succeed(job.id, b"again", "application/x-npy") is False  # a second delivery's result
     done = await store.get(job.id)
     assert (done.state, done.attempts, done.stores, done.duplicates) == (JobState.SUCCEEDED, 1, 1, 1)
     assert await store.result(job.id) == (b"result", "application/x-npy")
-    assert (await store.start(job.id, 3, TIMEOUT_S)).action == SKIP  # a redelivery after success does nothing
+    assert (await store.start(job.id, 3, FRESH)).action == SKIP  # a redelivery after success does nothing
 
 
 async def test_idempotency_key_gives_the_existing_job(store: JobStore) -> None:
@@ -64,9 +64,9 @@ async def test_idempotency_key_gives_the_existing_job(store: JobStore) -> None:
 
 async def test_failed_attempts_retry_then_give_up(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    await store.start(job.id, 2, TIMEOUT_S)
+    await store.start(job.id, 2, FRESH)
     assert await store.fail(job.id, "boom 1", final=False) == JobState.QUEUED
-    assert (await store.start(job.id, 2, TIMEOUT_S)).action == RUN
+    assert (await store.start(job.id, 2, FRESH)).action == RUN
     assert await store.fail(job.id, "boom 2", final=True) == JobState.FAILED
     failed = await store.get(job.id)
     assert (failed.state, failed.attempts, failed.error) == (JobState.FAILED, 2, "boom 2")
@@ -76,7 +76,7 @@ async def test_failed_attempts_retry_then_give_up(store: JobStore) -> None:
 
 async def test_a_job_started_past_its_attempts_gives_up(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    assert (await store.start(job.id, 1, TIMEOUT_S)).action == RUN  # then its worker dies: the broker delivers it again
+    assert (await store.start(job.id, 1, FRESH)).action == RUN  # then its worker dies: the broker delivers it again
     start = await store.start(job.id, 1, DEAD)
     assert (start.action, start.attempts) == (GAVE_UP, 2)
     failed = await store.get(job.id)
@@ -85,17 +85,47 @@ async def test_a_job_started_past_its_attempts_gives_up(store: JobStore) -> None
 
 async def test_a_redelivery_while_the_attempt_runs_counts_no_attempt(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    assert (await store.start(job.id, 1, TIMEOUT_S)).action == RUN
-    again = await store.start(job.id, 1, TIMEOUT_S)  # the broker hands it out again while the attempt computes
+    assert (await store.start(job.id, 1, FRESH)).action == RUN
+    again = await store.start(job.id, 1, FRESH)  # the broker hands it out again while the attempt computes
     assert (again.action, again.attempts) == (BUSY, 1)
     running = await store.get(job.id)
     assert (running.state, running.attempts) == (JobState.RUNNING, 1)
     assert await store.succeed(job.id, b"result", "application/x-npy") is True
 
 
+async def test_a_running_job_is_busy_while_its_heartbeat_is_fresh_and_runs_again_once_stale(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    assert (await store.start(job.id, 3, FRESH)).action == RUN
+    started = await store.get(job.id)
+    assert started.heartbeat_at == started.started_at  # starting is the first sign of life
+    await asyncio.sleep(0.05)
+    assert await store.heartbeat(job.id) is True
+    beating = await store.get(job.id)
+    assert beating.heartbeat_at is not None and started.started_at is not None
+    assert beating.heartbeat_at > started.started_at
+    busy = await store.start(job.id, 3, FRESH)  # redelivered while the attempt still beats: given back
+    assert (busy.action, busy.attempts) == (BUSY, 1)
+    await asyncio.sleep(0.3)  # no heartbeat since: its worker is gone, however young the attempt is
+    again = await store.start(job.id, 3, 0.2)
+    assert (again.action, again.attempts) == (RUN, 2)
+    rerun = await store.get(job.id)
+    assert (rerun.state, rerun.attempts) == (JobState.RUNNING, 2)
+    assert rerun.heartbeat_at == rerun.started_at  # the new attempt beats from its own start
+
+
+async def test_only_a_running_job_takes_a_heartbeat(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    assert await store.heartbeat(job.id) is False  # queued: nothing runs it
+    await store.start(job.id, 3, FRESH)
+    await store.succeed(job.id, b"result", "application/x-npy")
+    assert await store.heartbeat(job.id) is False  # a late touch after the result changes nothing
+    assert (await store.get(job.id)).state == JobState.SUCCEEDED
+    assert await store.heartbeat("no-such-job") is False
+
+
 async def test_a_late_result_lands_on_a_job_that_gave_up(store: JobStore) -> None:
     job, _ = await store.create(new_job(), b"p")
-    await store.start(job.id, 1, TIMEOUT_S)
+    await store.start(job.id, 1, FRESH)
     assert (await store.start(job.id, 1, DEAD)).action == GAVE_UP
     assert await store.succeed(job.id, b"late", "application/x-npy") is True  # the first attempt was alive after all
     done = await store.get(job.id)
@@ -105,7 +135,7 @@ async def test_a_late_result_lands_on_a_job_that_gave_up(store: JobStore) -> Non
 
 async def test_a_reported_failure_or_cancel_takes_no_late_result(store: JobStore) -> None:
     failed, _ = await store.create(new_job(), b"p")
-    await store.start(failed.id, 3, TIMEOUT_S)
+    await store.start(failed.id, 3, FRESH)
     await store.fail(failed.id, "cannot decode image", final=True)
     cancelled, _ = await store.create(new_job(), b"p")
     await store.cancel(cancelled.id)
@@ -124,9 +154,9 @@ async def test_a_job_keeps_its_owner(store: JobStore) -> None:
 async def test_only_a_queued_job_can_be_cancelled(store: JobStore) -> None:
     queued, _ = await store.create(new_job(), b"p")
     assert (await store.cancel(queued.id)).state == JobState.CANCELLED
-    assert (await store.start(queued.id, 3, TIMEOUT_S)).action == SKIP  # its message, when it comes, is dropped
+    assert (await store.start(queued.id, 3, FRESH)).action == SKIP  # its message, when it comes, is dropped
     running, _ = await store.create(new_job(), b"p")
-    await store.start(running.id, 3, TIMEOUT_S)
+    await store.start(running.id, 3, FRESH)
     with pytest.raises(JobConflict):
         await store.cancel(running.id)
     with pytest.raises(JobNotFound):
@@ -138,7 +168,7 @@ async def test_queued_jobs_are_counted_with_the_oldest_age(store: JobStore) -> N
     await store.create(new_job(), b"p")
     count, oldest = await store.queued()
     assert count == 2 and oldest == pytest.approx(first.created_at)
-    await store.start(first.id, 3, TIMEOUT_S)
+    await store.start(first.id, 3, FRESH)
     assert (await store.queued())[0] == 1
 
 

@@ -6,6 +6,12 @@ the in-process broker runs it against its dispatcher. Per delivery: `store.start
 back undone), the executor computes, the result is stored at
 most once, and only then is the message acknowledged. A failed attempt is re-published while
 attempts remain; after the last one the job is `failed` and its message dead-lettered.
+
+Liveness: every `touch_every_s` (a third of the visibility timeout) the consumer records a heartbeat
+in the job store for each job it runs and touches its delivery (Redis Streams: XCLAIM), for every
+broker kind. A redelivery of a running job is BUSY while that heartbeat is younger than
+`stale_after_s` (the visibility timeout), so the job of a killed worker runs again after about the
+visibility timeout, whatever `job_timeout_s` (the deadline of one attempt) is.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ class JobConsumer:
         *,
         max_attempts: int,
         job_timeout_s: float,
+        stale_after_s: float,
         touch_every_s: float,
         free: Callable[[], int] | None = None,
     ) -> None:
@@ -74,8 +81,10 @@ class JobConsumer:
         self._free = free
         self._max_attempts = max_attempts
         self._timeout_s = job_timeout_s
+        self._stale_after_s = stale_after_s
         self._touch_every_s = touch_every_s
         self._running: dict[asyncio.Task[None], Delivery] = {}
+        self._live: set[Delivery] = set()  # deliveries whose attempt this consumer runs: they get heartbeats
         self._slot = asyncio.Event()
         self._stopping = False
         self._loop_done: asyncio.Event | None = None
@@ -152,9 +161,21 @@ class JobConsumer:
             await asyncio.wait(leftover, timeout=1.0)
 
     async def _touch_loop(self) -> None:
+        """Keep the jobs this consumer runs alive: a heartbeat in the store first, then the broker's touch.
+
+        The heartbeat goes first, so it is never older than the delivery's last touch: a Redis Streams entry
+        re-claimed after the visibility timeout then always finds its dead attempt's heartbeat stale too.
+        """
         while True:
             await asyncio.sleep(self._touch_every_s)
             for delivery in list(self._running.values()):
+                if delivery in self._live:
+                    try:
+                        await self.store.heartbeat(delivery.job_id)
+                    except (BrokerUnavailable, JobNotFound) as exc:
+                        log.warning("cannot record the heartbeat of job %s: %s", delivery.job_id, exc)
+                    except Exception:  # noqa: BLE001 - one bad heartbeat must not stop the others
+                        log.exception("recording the heartbeat of job %s failed", delivery.job_id)
                 try:
                     await delivery.touch()
                 except BrokerUnavailable as exc:
@@ -179,7 +200,7 @@ class JobConsumer:
             await self._settle(delivery, "not a job message")
             return
         try:
-            start = await self.store.start(job_id, self._max_attempts, self._timeout_s)
+            start = await self.store.start(job_id, self._max_attempts, self._stale_after_s)
             if start.action == BUSY:
                 self.counts.busy += 1
                 await asyncio.sleep(BACKOFF_S)  # no hot loop of redeliveries while the live attempt runs
@@ -193,11 +214,12 @@ class JobConsumer:
                 self.counts.failed += 1
                 await self._settle(delivery, f"gave up after {self._max_attempts} attempts")
                 return
+            self._live.add(delivery)
             payload = await self.store.payload(job_id)
             try:
                 result, content_type = await self._execute(payload, self._timeout_s)
             except asyncio.CancelledError:
-                # stop() gave up on it: queue it again now, or its redelivery would wait out the job timeout.
+                # stop() gave up on it: queue it again now, or its redelivery would wait for a stale heartbeat.
                 with contextlib.suppress(Exception):
                     await self.store.fail(job_id, "the worker stopped while running it", final=False)
                 raise
@@ -221,6 +243,8 @@ class JobConsumer:
             await asyncio.sleep(0.5)  # no hot loop of redeliveries while Redis is down
             with contextlib.suppress(BrokerUnavailable):
                 await delivery.release()
+        finally:
+            self._live.discard(delivery)
 
     async def _failed(self, delivery: Delivery, failure: JobFailed, attempts: int) -> None:
         final = failure.permanent or attempts >= self._max_attempts

@@ -1,6 +1,7 @@
 """The in-process broker: an asyncio queue inside the gateway, for `depthserve up` without a broker.
 
 Not durable: queued jobs and results are lost when the gateway stops. Use Redis or RabbitMQ for that.
+Its deliveries need no touch; the consumer still records heartbeats in the memory store for the jobs it runs.
 """
 
 from __future__ import annotations

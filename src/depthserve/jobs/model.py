@@ -50,6 +50,7 @@ class Job:
     duplicates: int = 0  # later deliveries that computed a result again and found one already stored
     owner: str = ""  # the API key name that submitted it ("" with no API keys): only it may see the job
     gave_up: bool = False  # failed only because its attempts ran out: a late result may still be stored
+    heartbeat_at: float | None = None  # last sign of life of the running attempt (internal, not in the API)
 
     @property
     def final(self) -> bool:
@@ -88,7 +89,7 @@ class Job:
         }
         if self.gave_up:
             fields["gave_up"] = "1"
-        for name in ("started_at", "finished_at"):
+        for name in ("started_at", "finished_at", "heartbeat_at"):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = repr(value)
@@ -120,4 +121,5 @@ class Job:
             duplicates=int(fields.get("duplicates", "0")),
             owner=fields.get("owner", ""),
             gave_up=fields.get("gave_up") == "1",
+            heartbeat_at=number("heartbeat_at"),
         )

@@ -4,8 +4,11 @@ Queues under the namespace NS: `NS.jobs` (dead-letters to the fanout exchange `N
 `NS.dead`). A consumer's prefetch is its capacity, so RabbitMQ sends a worker a job only while it
 has a free slot. The connection is robust: after a cut it reconnects, re-declares and re-consumes;
 publishes retry until it is back (or `publish_timeout_s` passes); a message whose ack was lost with
-the old channel is delivered again, and the job store keeps its result once. Messages prefetched on a
-channel that has since closed are dropped from the inbox unrun: the server requeued them already.
+the old channel is delivered again, and the job store keeps its result once. A message redelivered
+while its job is running (its consumer's connection dropped, or the consumer was killed) is requeued
+until the job's heartbeat in the job store, which a live consumer keeps fresh, is older than the
+visibility timeout. Messages prefetched on a channel that has since closed are dropped from the
+inbox unrun: the server requeued them already.
 The dead-letter queue keeps at most DEAD_LETTERS_KEPT messages (the oldest are dropped).
 """
 

@@ -1,9 +1,11 @@
 """Job records in Redis hashes with a TTL; every state change is one Lua script, so it is atomic.
 
-Keys under the namespace NS: `NS:job:ID` (hash: fields of Job plus `result`), `NS:payload:ID` (the
-request, stored by reference so broker messages stay small), `NS:idem:KEY` (idempotency key, which the
-gateway scopes by caller, -> id)
+Keys under the namespace NS: `NS:job:ID` (hash: fields of Job, `heartbeat_at` included, plus
+`result`), `NS:payload:ID` (the request, stored by reference so broker messages stay small),
+`NS:idem:KEY` (idempotency key, which the gateway scopes by caller, -> id)
 and `NS:queued` (sorted set of queued ids by creation time, for queue age).
+Times are the clients' epoch seconds: heartbeats compare across workers, so their clocks must agree
+to well within the visibility timeout.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ if state == 'succeeded' or state == 'failed' or state == 'cancelled' then
   return {'skip', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
 end
 if state == 'running' then
-  local started = tonumber(redis.call('HGET', KEYS[1], 'started_at') or '0') or 0
-  if tonumber(ARGV[1]) - started < tonumber(ARGV[5]) then
+  local beat = redis.call('HGET', KEYS[1], 'heartbeat_at') or redis.call('HGET', KEYS[1], 'started_at') or '0'
+  if tonumber(ARGV[1]) - (tonumber(beat) or 0) < tonumber(ARGV[5]) then
     return {'busy', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
   end
 end
@@ -53,8 +55,13 @@ if attempts > tonumber(ARGV[2]) then
   redis.call('DEL', KEYS[2])
   return {'gave_up', attempts}
 end
-redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', ARGV[1], 'heartbeat_at', ARGV[1])
 return {'run', attempts}
+"""
+_HEARTBEAT = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'heartbeat_at', ARGV[1])
+return 1
 """
 _SUCCEED = """
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -117,6 +124,7 @@ class RedisJobStore(JobStore):
                 ("create", _CREATE),
                 ("discard", _DISCARD),
                 ("start", _START),
+                ("heartbeat", _HEARTBEAT),
                 ("succeed", _SUCCEED),
                 ("fail", _FAIL),
                 ("cancel", _CANCEL),
@@ -163,17 +171,22 @@ class RedisJobStore(JobStore):
             raise JobNotFound(f"job {job_id!r} has no payload (it ended or expired)")
         return bytes(data)
 
-    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
+    async def start(self, job_id: str, max_attempts: int, stale_after_s: float) -> Start:
         job_key, payload_key = self._keys(job_id)
         with broker_errors("job store"):
             last = await self.redis.hget(job_key, "error")
             error = gave_up_error(max_attempts, _text(last) if last else None)
             action, attempts = await self._scripts["start"](
                 keys=[job_key, payload_key, self._queued_key],
-                args=[repr(time.time()), max_attempts, job_id, error, repr(float(job_timeout_s))],
+                args=[repr(time.time()), max_attempts, job_id, error, repr(float(stale_after_s))],
             )
         action = _text(action)
         return Start({"run": RUN, "busy": BUSY, "gave_up": GAVE_UP}.get(action, SKIP), int(attempts or 0))
+
+    async def heartbeat(self, job_id: str) -> bool:
+        with broker_errors("job store"):
+            beating = await self._scripts["heartbeat"](keys=[self._keys(job_id)[0]], args=[repr(time.time())])
+        return int(beating) == 1
 
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
         job_key, payload_key = self._keys(job_id)

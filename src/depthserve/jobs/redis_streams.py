@@ -2,7 +2,9 @@
 
 A delivered entry stays pending (in the group's PEL) until the consumer acknowledges it after the
 result is stored; an entry idle longer than the visibility timeout is re-claimed by a live consumer.
-A consumer that is still working on a job resets the idle time with XCLAIM (`touch`).
+A consumer that is still working on a job resets the idle time with XCLAIM (`touch`), just after it
+records the job's heartbeat in the job store; a re-claimed entry whose job's heartbeat is still fresh
+(a slow touch, not a dead worker) is given back by the consumer, not run twice.
 XAUTOCLAIM resumes from the cursor it returned last, so orphans behind many live entries are reached.
 If Redis lost the stream and its group (a restart without persistence, FLUSHALL), the next XADD
 makes a bare stream; a consumer that then meets NOGROUP creates the group again and carries on.

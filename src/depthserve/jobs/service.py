@@ -71,6 +71,7 @@ class JobService:
                 settings.job_concurrency,
                 max_attempts=settings.job_max_attempts,
                 job_timeout_s=settings.job_timeout_s,
+                stale_after_s=settings.job_visibility_timeout_s,  # a silent attempt's job is re-run after it
                 touch_every_s=max(0.1, settings.job_visibility_timeout_s / 3),
             )
         return cls(broker, store, consumer)

@@ -4,9 +4,13 @@ Every state change is one atomic step, so a job delivered twice stores its resul
 `start` moves queued -> running and counts the attempt, `succeed` stores a result only if none is
 stored yet, `cancel` only touches a job that has not started.
 
-Redeliveries of a running job: `start` counts no attempt for a job whose current attempt began less
-than the job timeout ago (that attempt may still be computing) and says BUSY, so the consumer gives
-the message back undone. Past the timeout the attempt is presumed dead and the redelivery counts.
+Redeliveries of a running job: liveness, not age, decides. The consumer running an attempt records a
+heartbeat (`heartbeat_at`, set by `start` and then by `heartbeat` on every touch of its delivery, a
+third of the visibility timeout apart). `start` counts no attempt while the heartbeat is younger than
+`stale_after_s` (the consumers pass the visibility timeout, for every broker kind) and says BUSY, so
+the consumer gives the message back undone; once the heartbeat is stale the attempt's worker is
+presumed dead and the redelivery counts, however long ago the attempt began. The job timeout only
+bounds one attempt's computation.
 
 Late results: `succeed` stores a result while the job is queued or running, and also when it is
 `failed` only because its attempts ran out (`gave_up`): a slow attempt that finishes after that
@@ -58,11 +62,15 @@ class JobStore(ABC):
         """The job's request payload, stored by reference beside the record."""
 
     @abstractmethod
-    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
+    async def start(self, job_id: str, max_attempts: int, stale_after_s: float) -> Start:
         """Count one attempt and mark the job running; past max_attempts mark it failed and say GAVE_UP.
 
-        A job running for less than `job_timeout_s` is left alone (BUSY): its attempt may still finish.
+        A running job whose heartbeat is younger than `stale_after_s` is left alone (BUSY): its attempt is alive.
         """
+
+    @abstractmethod
+    async def heartbeat(self, job_id: str) -> bool:
+        """Record that the job's running attempt is alive, so a redelivery waits for it; False if it no longer runs."""
 
     @abstractmethod
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
@@ -160,7 +168,7 @@ class MemoryJobStore(JobStore):
             raise JobNotFound(f"job {job_id!r} has no payload any more (it ended)")
         return entry.payload
 
-    async def start(self, job_id: str, max_attempts: int, job_timeout_s: float) -> Start:
+    async def start(self, job_id: str, max_attempts: int, stale_after_s: float) -> Start:
         try:
             entry = self._entry(job_id)
         except JobNotFound:
@@ -168,7 +176,8 @@ class MemoryJobStore(JobStore):
         job = entry.job
         if job.state in FINAL_STATES:
             return Start(SKIP, job.attempts)
-        if job.state == JobState.RUNNING and self._clock() - (job.started_at or 0.0) < job_timeout_s:
+        beat = job.heartbeat_at or job.started_at or 0.0
+        if job.state == JobState.RUNNING and self._clock() - beat < stale_after_s:
             return Start(BUSY, job.attempts)
         job.attempts += 1
         if job.attempts > max_attempts:
@@ -177,7 +186,18 @@ class MemoryJobStore(JobStore):
             entry.payload = None
             return Start(GAVE_UP, job.attempts)
         job.state, job.started_at = JobState.RUNNING, self._clock()
+        job.heartbeat_at = job.started_at
         return Start(RUN, job.attempts)
+
+    async def heartbeat(self, job_id: str) -> bool:
+        try:
+            job = self._entry(job_id).job
+        except JobNotFound:
+            return False
+        if job.state != JobState.RUNNING:
+            return False
+        job.heartbeat_at = self._clock()
+        return True
 
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
         entry = self._entry(job_id)
