@@ -23,7 +23,8 @@ from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError, grpc_status
 from depthserve.gateway.forwarding import clean_request_id
 from depthserve.gateway.metrics import GatewayMetrics
-from depthserve.gateway.oip_json import check_request, with_raw_outputs
+from depthserve.gateway.oip_json import check_request
+from depthserve.gateway.oip_replies import with_raw_outputs
 from depthserve.gateway.oip_service import OipService
 from depthserve.gateway.oip_stream import answer_stream
 from depthserve.protocol.tensors import TensorError

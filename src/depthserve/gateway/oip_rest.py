@@ -21,13 +21,8 @@ from depthserve.gateway.control_routes import guarded
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import clean_request_id
 from depthserve.gateway.oip_binary import HEADER_LENGTH, join_body, slice_inputs, split_body
-from depthserve.gateway.oip_json import (
-    OutputChoice,
-    ReplyError,
-    infer_response_json,
-    model_metadata_json,
-    parse_infer_request,
-)
+from depthserve.gateway.oip_json import OutputChoice, parse_infer_request
+from depthserve.gateway.oip_replies import ReplyError, infer_response_json, model_metadata_json
 from depthserve.gateway.oip_service import OipService
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.logs import REQUEST_ID

@@ -20,7 +20,8 @@ from depthserve.gateway.backend import Backend
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
 from depthserve.gateway.forwarding import BuildRequest, Forwarder
-from depthserve.gateway.oip_json import check_name, config_from_metadata, message_to_json
+from depthserve.gateway.oip_json import check_name
+from depthserve.gateway.oip_replies import config_from_metadata, message_to_json
 from depthserve.gateway.oip_stats import ModelStats
 from depthserve.gateway.pool import BackendPool
 from depthserve.protocol.tensors import TensorError
