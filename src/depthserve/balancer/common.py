@@ -242,3 +242,12 @@ class Rotation:
         start = self._turn % count
         self._turn = start + 1
         return start
+
+    def cheapest_first(
+        self, serving: Sequence[BackendView], cost: Sequence[float], drained: Sequence[BackendView]
+    ) -> tuple[str, ...]:
+        """Serving backends by cost, ties taking turns, then the drained ones as last-resort fallbacks."""
+        count = len(serving)
+        start = self.start(count)
+        order = sorted(range(count), key=lambda i: (cost[i], (i - start) % count))
+        return (*(serving[i].id for i in order), *(b.id for b in drained))

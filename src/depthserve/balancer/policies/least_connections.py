@@ -31,10 +31,7 @@ class LeastConnections:
     def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
         """Sort by load per weight, ties broken by a rotating start."""
         serving, weights, drained = split_drained(snapshot.backends)
-        count = len(serving)
-        if not count:
+        if not serving:
             return ()
-        start = self._rotation.start(count)
         cost = [(max(b.in_flight, 0) + 1) / w for b, w in zip(serving, weights, strict=True)]
-        order = sorted(range(count), key=lambda i: (cost[i], (i - start) % count))
-        return (*(serving[i].id for i in order), *(b.id for b in drained))
+        return self._rotation.cheapest_first(serving, cost, drained)

@@ -40,10 +40,8 @@ class LeastLatency:
     def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
         """Cost every backend and sort, cheapest first."""
         serving, weights, drained = split_drained(snapshot.backends)
-        count = len(serving)
-        if not count:
+        if not serving:
             return ()
-        start = self._rotation.start(count)
         latency = fill_median([latency_ms(b, self._metric) for b in serving])
         cost = []
         for backend, weight, ms in zip(serving, weights, latency, strict=True):
@@ -52,5 +50,4 @@ class LeastLatency:
                 errors = min(backend.error_rate, MAX_ERROR_RATE)
                 value *= 1.0 + self._error_penalty * errors / (1.0 - errors)
             cost.append(value)
-        order = sorted(range(count), key=lambda i: (cost[i], (i - start) % count))
-        return (*(serving[i].id for i in order), *(b.id for b in drained))
+        return self._rotation.cheapest_first(serving, cost, drained)
