@@ -63,7 +63,7 @@ def cluster_table(cluster: dict[str, Any]) -> Table:
         "report age",
     )
     for column in columns:
-        table.add_column(column, justify="left" if column in ("backend", "state") else "right")
+        table.add_column(column, justify="left" if column in ("backend", "model:version", "state") else "right")
     for backend in cluster.get("backends", []):
         colour = {"ready": "green", "unhealthy": "red", "ejected": "red"}.get(backend["state"], "yellow")
         weight = f"{backend['weight']:g}" + (" auto" if backend.get("weight_mode") == "auto" else "")
