@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -15,17 +16,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from depthserve.child_process import end_with_parent
 from depthserve.probes import free_port, grpc_serving, http_ready
 
 console = Console(stderr=True)
+PR_SET_PDEATHSIG = 1
 RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
 RESTART_RESET_S = 60.0  # a worker that ran this long starts its backoff afresh
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
     os.setsid()
-    end_with_parent()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from depthserve.child_process import end_with_parent
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 
 
@@ -32,7 +31,6 @@ class Proc:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
-                preexec_fn=end_with_parent,  # a killed test run leaves no worker or gateway behind
             )
 
     @property
