@@ -119,6 +119,12 @@ def test_history_feed_shows_recent_qps_and_p99(cluster: ObservedCluster) -> None
     assert all(p["p99_ms"] is not None and p["p99_ms"] > 0 for p in busy)
 
 
+def _history_reads(cluster: ObservedCluster) -> float:
+    """How many /v1/cluster/history requests the gateway has answered, from its own /metrics."""
+    parsed = samples(scrape(f"{cluster.gateway_url}/metrics"))
+    return value(parsed, "depthserve_gateway_requests_total", route="/v1/cluster/history")
+
+
 def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_path: Path) -> None:
     out = tmp_path / "watch.txt"
     with out.open("w") as sink:
@@ -139,7 +145,11 @@ def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_pat
         )
         try:
             cluster.send(5)
-            time.sleep(2.0)
+            # Off a terminal rich draws only the last frame, at exit: wait (bounded) until the watcher has
+            # fetched the history twice, not a fixed sleep: on a loaded machine its start alone takes seconds.
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline and _history_reads(cluster) < 2:
+                time.sleep(0.2)
         finally:
             watch.send_signal(signal.SIGINT)
             code = watch.wait(20)
