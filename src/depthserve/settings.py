@@ -236,6 +236,12 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     rate_limits: dict[str, str] = Field(default_factory=dict, description="per API key name: its rate limit")
     api_keys_file: Path | None = Field(None, description="file of NAME:SHA256 or NAME:plain:KEY lines")
     protect_health: bool = Field(False, description="require an API key on /healthz, /readyz, /v1/cluster too")
+    protect_observability: bool = Field(
+        False, description="require an API key on /metrics, /dashboard, /v1/cluster (loopback only without keys)"
+    )
+    admin_keys_file: Path | None = Field(
+        None, description="admin keys (api_keys_file's format) for drain/undrain; without any, loopback only"
+    )
     upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
     max_pixels: int = Field(40_000_000, ge=1, description="largest image accepted (read from its header), pixels")
     max_parts: int = Field(8, ge=1, description="most multipart parts in one request")
