@@ -107,9 +107,7 @@ def test_jobs_queued_or_running_are_limited_per_caller_and_in_total(
             asyncio.run(clean_up(REDIS_URL, namespace))
 
 
-def test_large_results_stay_out_of_gateway_memory_and_within_the_byte_limit(
-    tmp_path: Path, procs: list[Proc]
-) -> None:
+def test_large_results_stay_out_of_gateway_memory_and_within_the_byte_limit(tmp_path: Path, procs: list[Proc]) -> None:
     worker, address = start_worker(tmp_path, "--warmup-levels", "0")
     procs.append(worker)
     spool = tmp_path / "spool"
