@@ -53,9 +53,9 @@ class JobFields(BaseModel):
     )
     job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
     job_max_active_per_caller: int = Field(
-        256, ge=1, description="jobs one caller (API key, or client address) may have queued or running (429)"
+        1024, ge=1, description="jobs one caller (API key, or client address) may have queued or running (429)"
     )
-    job_max_active: int = Field(4096, ge=1, description="jobs queued or running, all callers together (503)")
+    job_max_active: int = Field(8192, ge=1, description="jobs queued or running, all callers together (503)")
     job_max_stored_mb_per_caller: float = Field(
         512.0, gt=0, description="payloads and results one caller's jobs may keep in the job store, MiB (429)"
     )
