@@ -98,6 +98,7 @@ def test_jobs_queued_or_running_are_limited_per_caller_and_in_total(
                 assert int(refused.headers["retry-after"]) >= 1
             assert replies[3].json()["reason"] == "job_quota" and "job_max_active_per_caller" in replies[3].text
             assert replies[7].json()["reason"] == "jobs_full" and "job_max_active" in replies[7].text
+            assert alice.get("/v1/cluster").json()["jobs"]["active"] == 5
             last = replies[2].json()["id"]  # alice's third job is still queued (the first one runs, or waits)
             assert alice.delete(f"/v1/jobs/{last}").json()["state"] == "cancelled"
             assert alice.post("/v1/jobs", content=SMALL, headers=PNG).status_code == 202  # her room came back

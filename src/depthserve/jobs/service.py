@@ -154,15 +154,18 @@ class JobService:
         return job, True
 
     async def stats(self) -> dict[str, Any]:
-        """Queue depth and the age of the oldest queued job, for autoscaling (and the last value in last_stats)."""
+        """Queue depth, oldest queued job's age (for autoscaling), jobs active and MiB kept (against the limits)."""
         self.check_ready()
         queued, oldest = await self.store.queued()
+        usage = await self.store.usage("")  # the totals; no caller is named ""
         stats: dict[str, Any] = {
             "broker": self.broker.kind,
             "durable": self.broker.durable,
             "queued": queued,
             "oldest_queued_age_s": None if oldest is None else round(max(0.0, time.time() - oldest), 3),
             "broker_depth": await self.broker.depth(),
+            "active": usage.total_active,
+            "stored_mib": round(usage.total_stored_bytes / (1024 * 1024), 1),
         }
         self.last_stats = stats
         return stats
