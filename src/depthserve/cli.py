@@ -112,6 +112,7 @@ def gateway(
     ] = None,
     rate_limit: Annotated[str | None, typer.Option(help="per key/address, e.g. '50/s burst 100'")] = None,
     api_keys_file: Annotated[Path | None, typer.Option(help="NAME:SHA256 or NAME:plain:KEY lines")] = None,
+    admin_keys_file: Annotated[Path | None, typer.Option(help="admin keys for drain [loopback only]")] = None,
     upload_timeout_s: Annotated[float | None, typer.Option(help="longest body upload, s [30]")] = None,
     tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS (h2/HTTP1.1 by ALPN) with this cert")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="its private key (PKCS#8)")] = None,
@@ -222,11 +223,14 @@ def drain(
     backend: Annotated[str, typer.Argument(help="worker address HOST:PORT as the gateway lists it")],
     undrain: Annotated[bool, typer.Option("--undrain", help="resume sending to it")] = False,
     url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
+    admin_key: Annotated[
+        str | None, typer.Option(envvar="DEPTHSERVE_ADMIN_KEY", help="admin key, when the gateway has admin keys")
+    ] = None,
 ) -> None:
     """Stop the gateway sending new requests to a worker (in-flight ones finish), or resume."""
     from depthserve.status_view import set_drain
 
-    raise typer.Exit(set_drain(url, backend, not undrain))
+    raise typer.Exit(set_drain(url, backend, not undrain, admin_key))
 
 
 @app.command("new-key")

@@ -52,6 +52,22 @@ class JobFields(BaseModel):
         30.0, gt=0, description="a job whose running attempt is silent this long goes to another worker (any broker)"
     )
     job_timeout_s: float = Field(60.0, gt=0, description="deadline of one attempt of a job")
+    job_max_active_per_caller: int = Field(
+        1024, ge=1, description="jobs one caller (API key, or client address) may have queued or running (429)"
+    )
+    job_max_active: int = Field(8192, ge=1, description="jobs queued or running, all callers together (503)")
+    job_max_stored_mb_per_caller: float = Field(
+        512.0, gt=0, description="payloads and results one caller's jobs may keep in the job store, MiB (429)"
+    )
+    job_max_stored_mb: float = Field(
+        2048.0, gt=0, description="payloads and results kept in the job store, all callers, MiB (503)"
+    )
+    job_memory_mb: float = Field(
+        32.0, ge=0, description="in-process broker: payloads and results up to 64 KiB held in memory, MiB in all"
+    )
+    job_spool_dir: Path | None = Field(
+        None, description="in-process broker: folder for the other payloads and results (default: temp folder)"
+    )
 
 
 class WorkerSettings(BaseSettings, LogFields, JobFields):
@@ -220,6 +236,12 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     rate_limits: dict[str, str] = Field(default_factory=dict, description="per API key name: its rate limit")
     api_keys_file: Path | None = Field(None, description="file of NAME:SHA256 or NAME:plain:KEY lines")
     protect_health: bool = Field(False, description="require an API key on /healthz, /readyz, /v1/cluster too")
+    protect_observability: bool = Field(
+        False, description="require an API key on /metrics, /dashboard, /v1/cluster (loopback only without keys)"
+    )
+    admin_keys_file: Path | None = Field(
+        None, description="admin keys (api_keys_file's format) for drain/undrain; without any, loopback only"
+    )
     upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
     max_pixels: int = Field(40_000_000, ge=1, description="largest image accepted (read from its header), pixels")
     max_parts: int = Field(8, ge=1, description="most multipart parts in one request")

@@ -139,12 +139,13 @@ def show_status(url: str) -> int:
     return 0
 
 
-def set_drain(url: str, backend: str, drained: bool) -> int:
-    """Ask the gateway to drain or undrain a backend and print its new state; return an exit code."""
+def set_drain(url: str, backend: str, drained: bool, admin_key: str | None = None) -> int:
+    """Ask the gateway to drain or undrain a backend (with an admin key, if given); print its new state."""
     console = Console()
     action = "drain" if drained else "undrain"
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     try:
-        reply = httpx.post(f"{url.rstrip('/')}/v1/cluster/{backend}/{action}", timeout=5.0)
+        reply = httpx.post(f"{url.rstrip('/')}/v1/cluster/{backend}/{action}", headers=headers, timeout=5.0)
     except httpx.HTTPError as exc:
         console.print(f"[red]cannot reach {url}: {exc}[/red]")
         return 1

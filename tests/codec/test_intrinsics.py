@@ -67,6 +67,9 @@ def test_skew_allowed() -> None:
         ("{not json", "not valid JSON"),
         (b"\xff\xfe", "UTF-8"),
         (np.zeros((2, 3, 3)), "shape"),
+        ("[" * 2000 + "]" * 2000, "nested too deeply"),
+        (b"[" * 3000, "nested too deeply"),
+        ("1," * 3000, "more than 4096"),
     ],
 )
 def test_rejected(value: Any, match: str) -> None:

@@ -11,8 +11,8 @@ import pytest
 from depthserve.jobs.broker import Delivery
 from depthserve.jobs.consumer import JobConsumer
 from depthserve.jobs.in_process import InProcessBroker
+from depthserve.jobs.memory_store import MemoryJobStore
 from depthserve.jobs.model import Job, JobState, new_job_id
-from depthserve.jobs.store import MemoryJobStore
 from depthserve.testing.jobs import ScriptedExecutor
 
 

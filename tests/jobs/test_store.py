@@ -10,9 +10,10 @@ import pytest
 from tests.conftest import require_service
 
 from depthserve.jobs.errors import JobConflict, JobNotFound
+from depthserve.jobs.memory_store import MemoryJobStore
 from depthserve.jobs.model import Job, JobState, new_job_id
 from depthserve.jobs.redis_store import RedisJobStore
-from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, MemoryJobStore
+from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore
 from depthserve.testing.jobs import REDIS_URL, clean_up, unique_namespace
 
 

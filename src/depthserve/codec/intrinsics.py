@@ -14,6 +14,7 @@ from depthserve.codec.errors import InvalidIntrinsics
 _SEPARATORS = re.compile(r"[,;\s]+")
 _HOW = 'send [[fx,0,cx],[0,fy,cy],[0,0,1]], 9 numbers, 4 numbers fx,fy,cx,cy, or {"fx":..,"fy":..,"cx":..,"cy":..}'
 _KEYS = ("fx", "fy", "cx", "cy")
+MAX_TEXT = 4096  # the longest intrinsics text read: nine numbers in any notation fit many times over
 
 
 # cx and cy at most this (in absolute value) mean intrinsics in units of width/height, not pixels.
@@ -33,11 +34,15 @@ def _from_text(text: str) -> Any:
     text = text.strip()
     if not text:
         raise InvalidIntrinsics(f"intrinsics are empty; {_HOW}")
+    if len(text) > MAX_TEXT:
+        raise InvalidIntrinsics(f"intrinsics text is {len(text)} characters, more than {MAX_TEXT}; {_HOW}")
     if text[0] in "[{":
         try:
             return json.loads(text)
+        except RecursionError:  # e.g. "[" * 2000: deeper than the parser's stack
+            raise InvalidIntrinsics(f"intrinsics JSON is nested too deeply; {_HOW}") from None
         except ValueError as exc:
-            raise InvalidIntrinsics(f"intrinsics are not valid JSON ({exc}); {_HOW}") from None
+            raise InvalidIntrinsics(f"intrinsics are not valid JSON ({str(exc)[:200]}); {_HOW}") from None
     return [part for part in _SEPARATORS.split(text) if part]
 
 

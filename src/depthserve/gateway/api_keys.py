@@ -1,6 +1,7 @@
 """API keys, kept only as SHA-256 hashes, mapping a presented key to the name used for rate limits and logs.
 
-Entry syntax, one per file line or per comma-separated item of DEPTHSERVE_API_KEYS:
+Entry syntax, one per file line or per comma-separated item of DEPTHSERVE_API_KEYS (admin keys:
+`--admin-keys-file` and DEPTHSERVE_ADMIN_KEYS, same syntax; see access.py):
 
     NAME:SHA256HEX         the key's hash, as printed by `new_key()` (an optional `sha256:` prefix is allowed)
     NAME:plain:KEY         the key itself; it is hashed at load time and the plain text is not kept
@@ -23,6 +24,7 @@ from pathlib import Path
 from depthserve.gateway.errors import GatewayError
 
 ENV_VAR = "DEPTHSERVE_API_KEYS"
+ADMIN_ENV_VAR = "DEPTHSERVE_ADMIN_KEYS"
 CHALLENGE_HEADERS = {"WWW-Authenticate": "Bearer"}
 _NAME = re.compile(r"[A-Za-z0-9_.@-]+")
 _HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -72,8 +74,8 @@ class ApiKeys:
             self._hashes.append((digest.encode(), name))
 
     @classmethod
-    def from_sources(cls, file: Path | None = None, env_value: str | None = None) -> ApiKeys:
-        """Load keys from a file and from the DEPTHSERVE_API_KEYS value; ValueError names the bad line or entry."""
+    def from_sources(cls, file: Path | None = None, env_value: str | None = None, env_name: str = ENV_VAR) -> ApiKeys:
+        """Load keys from a file and from the `env_name` variable's value; ValueError names the bad line or entry."""
         entries: list[tuple[str, str]] = []
         if file is not None:
             for number, line in enumerate(file.read_text().splitlines(), start=1):
@@ -83,7 +85,7 @@ class ApiKeys:
         if env_value:
             for number, item in enumerate(env_value.split(","), start=1):
                 if item.strip():
-                    entries.append(_parse_entry(item.strip(), f"{ENV_VAR} entry {number}"))
+                    entries.append(_parse_entry(item.strip(), f"{env_name} entry {number}"))
         return cls(entries)
 
     @property
@@ -100,16 +102,21 @@ class ApiKeys:
         """Return the key's name (None when auth is off) from `authorization: Bearer` or `x-api-key`, else 401."""
         if not self._hashes:
             return None
-        presented = _presented_key(headers)
-        if presented is None:
+        found = self.match(headers)
+        if found is None:
             raise unauthorized()
+        return found
+
+    def match(self, headers: Mapping[str, str]) -> str | None:
+        """The name of the configured key the request shows, or None (no key shown, or not one of these)."""
+        presented = _presented_key(headers)
+        if presented is None or not self._hashes:
+            return None
         digest = hash_key(presented).encode()
         found: str | None = None
         for known, name in self._hashes:  # no early exit: the time taken does not depend on which key matched
             if hmac.compare_digest(digest, known):
                 found = name
-        if found is None:
-            raise unauthorized()
         return found
 
 

@@ -15,8 +15,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from depthserve.balancer import make_policy
 from depthserve.discovery.urls import check_url
 from depthserve.gateway import discovery_sync
+from depthserve.gateway.access import RouteAccess
 from depthserve.gateway.backend_spec import parse_backend
-from depthserve.gateway.control_routes import cluster, drain, guarded, healthz, readyz
+from depthserve.gateway.control_routes import cluster, drain, healthz, readyz, restricted
 from depthserve.gateway.dashboard import observability_routes
 from depthserve.gateway.depth_route import DepthEndpoint
 from depthserve.gateway.dispatcher import Dispatcher
@@ -51,7 +52,7 @@ def check_settings(settings: GatewaySettings) -> None:
             make_policy(policy.name, policy.options)
         except ValueError as exc:
             raise ValueError(f"policy for model {model!r}: {exc}") from None
-    Edge(settings)  # keys file, rate limits and admission limits parse
+    RouteAccess(settings, Edge(settings).keys)  # key files, rate limits and admission limits parse
     broker_kind(settings.broker)  # a jobs broker URL names redis:// or amqp://
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key, or neither")
@@ -107,11 +108,11 @@ def create_app(settings: GatewaySettings) -> FastPath:
 
     app = Starlette(
         routes=[
-            Route("/healthz", guarded(healthz, always=False)),
-            Route("/readyz", guarded(readyz, always=False)),
-            Route("/v1/cluster", guarded(cluster, always=False)),
-            Route("/v1/cluster/{backend}/{action}", guarded(drain, always=True), methods=["POST"]),
-            Route("/openapi.json", guarded(openapi_document, always=False)),
+            Route("/healthz", restricted(healthz, RouteAccess.check_health)),
+            Route("/readyz", restricted(readyz, RouteAccess.check_health)),
+            Route("/v1/cluster", restricted(cluster, RouteAccess.check_observer)),
+            Route("/v1/cluster/{backend}/{action}", restricted(drain, RouteAccess.check_admin), methods=["POST"]),
+            Route("/openapi.json", restricted(openapi_document, RouteAccess.check_health)),
             *observability_routes(),
             *job_routes(settings, jobs, edge),
             *oip_routes(oip),
@@ -123,6 +124,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.pool = pool
     app.state.dispatcher = dispatcher
     app.state.edge = edge
+    app.state.access = RouteAccess(settings, edge.keys)
     app.state.metrics = metrics
     app.state.jobs = jobs
     app.state.oip = oip

@@ -1,32 +1,37 @@
-"""The gateway's own routes: liveness, readiness, the cluster view and drain, behind the API key when asked."""
+"""The gateway's own routes: liveness, readiness, the cluster view and drain, each behind its access rule."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from depthserve.gateway.access import RouteAccess
 from depthserve.gateway.dispatcher import Dispatcher
-from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.pool import BackendPool
 from depthserve.jobs.errors import JobError
 
 Handler = Callable[[Request], Awaitable[Response]]
+Check = Callable[[RouteAccess, Mapping[str, str], str | None], None]
 
 
 def guarded(handler: Handler, always: bool) -> Handler:
     """Require an API key (when keys are configured) always, or only when protect_health is set."""
+    return restricted(handler, RouteAccess.check_api if always else RouteAccess.check_health)
+
+
+def restricted(handler: Handler, check: Check) -> Handler:
+    """Run `check` (e.g. RouteAccess.check_admin) on the app's RouteAccess first; its refusal is the answer."""
 
     async def wrapper(request: Request) -> Response:
-        edge: Edge = request.app.state.edge
-        if always or edge.protect_health:
-            try:
-                edge.keys.authenticate({k.lower(): v for k, v in request.headers.items()})
-            except GatewayError as error:
-                return error.response()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            check(request.app.state.access, headers, request.client.host if request.client else None)
+        except GatewayError as error:
+            return error.response()
         return await handler(request)
 
     wrapper.__doc__ = handler.__doc__

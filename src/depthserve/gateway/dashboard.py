@@ -10,7 +10,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from depthserve.gateway.control_routes import guarded
+from depthserve.gateway.access import RouteAccess
+from depthserve.gateway.control_routes import restricted
 from depthserve.gateway.metrics import GatewayMetrics
 
 
@@ -45,9 +46,9 @@ async def dashboard(request: Request) -> Response:
 
 
 def observability_routes() -> list[Route]:
-    """Routes to add to the gateway app; behind the API key exactly when the health routes are."""
+    """Routes to add to the gateway app; behind a key with protect_observability or protect_health."""
     return [
-        Route("/metrics", guarded(metrics, always=False)),
-        Route("/v1/cluster/history", guarded(history, always=False)),
-        Route("/dashboard", guarded(dashboard, always=False)),
+        Route("/metrics", restricted(metrics, RouteAccess.check_observer)),
+        Route("/v1/cluster/history", restricted(history, RouteAccess.check_observer)),
+        Route("/dashboard", restricted(dashboard, RouteAccess.check_observer)),
     ]

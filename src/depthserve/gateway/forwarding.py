@@ -19,10 +19,11 @@ from depthserve.gateway.errors import GatewayError
 from depthserve.settings import GatewaySettings
 
 BuildRequest = Callable[[], Awaitable[pb.ModelInferRequest]]
+MIN_REQUEST_TIMEOUT_S = 0.001  # a shorter deadline could only ever time out: refused as unusable
 
 
 def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> float:
-    """The request's deadline: `X-Request-Timeout` seconds if given (capped), else the configured default."""
+    """The request's deadline: `X-Request-Timeout` seconds if given (1 ms up to the cap), else the default."""
     raw = headers.get("x-request-timeout")
     if raw is None:
         return settings.request_timeout_s
@@ -30,11 +31,12 @@ def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> fl
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not 0 < value <= settings.max_request_timeout_s:
+    if not MIN_REQUEST_TIMEOUT_S <= value <= settings.max_request_timeout_s:
         raise GatewayError(
             400,
             "invalid_request",
-            f"X-Request-Timeout must be seconds in (0, {settings.max_request_timeout_s:g}], got {raw!r}",
+            f"X-Request-Timeout must be seconds from {MIN_REQUEST_TIMEOUT_S:g} to "
+            f"{settings.max_request_timeout_s:g}, got {raw[:40]!r}",
         )
     return value
 

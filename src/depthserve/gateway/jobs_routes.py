@@ -1,10 +1,14 @@
-"""The async job API: POST /v1/jobs, GET /v1/jobs/{id}, GET /v1/jobs/{id}/result, DELETE /v1/jobs/{id}.
+"""The async job API: POST /v1/jobs, GET|DELETE /v1/jobs/{id}, GET|DELETE /v1/jobs/{id}/result.
 
 A job takes the same inputs as POST /v1/depth (parsed by the same function) and answers 202 at once;
 the output format is chosen at submission (Accept or ?format=), as for /v1/depth.
 
-With API keys configured a job belongs to the key that submitted it: idempotency keys are scoped by
-caller, and another caller asking for the job gets 404, as for a job that does not exist.
+A job belongs to its caller: the API key name, or the client address without API keys. Idempotency
+keys are scoped by caller, so one caller's key never finds another's job (without API keys, clients
+behind one proxy address share a scope). With API keys, another caller asking for the job gets 404,
+as for a job that does not exist; without them, the unguessable id is what guards a job. Each caller
+has limits on jobs queued or running and on bytes kept (jobs/quota.py): 429 past its own, 503 past
+the gateway's; DELETE /v1/jobs/{id}/result forgets a fetched result and frees its bytes at once.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from depthserve.gateway.depth_route import parse_depth_upload
 from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import clean_request_id
-from depthserve.jobs.errors import BrokerUnavailable, JobConflict, JobError, JobNotFound
+from depthserve.jobs.errors import BrokerUnavailable, JobConflict, JobError, JobNotFound, QuotaExceeded
 from depthserve.jobs.model import Job, valid_job_id
 from depthserve.jobs.payloads import encode_payload
 from depthserve.jobs.service import JobService
@@ -35,11 +39,15 @@ MAX_KEY_LENGTH = 200
 
 
 def job_error(exc: JobError) -> GatewayError:
-    """The HTTP answer for a job error: 404 unknown/expired, 409 wrong state, 503 broker or store down."""
+    """The HTTP answer for a job error: 404 unknown/expired, 409 wrong state, 429/503 over a job limit, 503 down."""
     if isinstance(exc, JobNotFound):
         return GatewayError(404, "job_not_found", str(exc))
     if isinstance(exc, JobConflict):
         return GatewayError(409, f"job_{exc.state}", str(exc))
+    if isinstance(exc, QuotaExceeded):
+        if exc.scope == "caller":
+            return GatewayError(429, "job_quota", str(exc), retry_after=exc.retry_after_s)
+        return GatewayError(503, "jobs_full", str(exc), retry_after=exc.retry_after_s)
     return GatewayError(503, "broker_unavailable", f"job broker unavailable: {exc}", retry_after=1.0)
 
 
@@ -55,9 +63,8 @@ def idempotency_key(raw: str | None) -> str | None:
 
 
 def job_owner(edge: Edge, headers: Mapping[str, str], client_host: str | None) -> str:
-    """Authenticate and rate-limit like /v1/depth; the API key name owning the caller's jobs ("" without keys)."""
-    who = edge.caller(headers, client_host)
-    return who if edge.keys.enabled else ""
+    """Authenticate and rate-limit like /v1/depth; the caller owning the jobs (API key name, else "addr:HOST")."""
+    return edge.caller(headers, client_host)
 
 
 def not_found(job_id: str) -> JobNotFound:
@@ -81,7 +88,7 @@ class SubmitJob:
                 raise GatewayError(405, "method_not_allowed", "use POST /v1/jobs to submit, GET /v1/jobs/{id} to look")
             client = scope.get("client")
             owner = job_owner(self._edge, headers, client[0] if client else None)
-            self._jobs.check_ready()
+            await self._jobs.check_room(owner)  # a caller at its limits is refused before its upload is read
             query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
             model = query.get("model") or self._settings.model
             key = idempotency_key(headers.get("idempotency-key"))
@@ -142,7 +149,7 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
         if not valid_job_id(job_id):
             raise not_found(job_id)
         job = await jobs.store.get(job_id)
-        if job.owner != owner:
+        if edge.keys.enabled and job.owner != owner:
             raise not_found(job_id)
         return job
 
@@ -159,9 +166,12 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
         return JSONResponse(job.public(f"/v1/jobs/{job.id}"))
 
     async def result(request: Request) -> Response:
-        """Pass back a succeeded job's result file, in the format chosen at submission."""
+        """Pass back a succeeded job's result file (format chosen at submission); DELETE forgets an ended job."""
         try:
             job = await owned(request)
+            if request.method == "DELETE":
+                await jobs.store.delete(job.id)
+                return Response(status_code=204)
             data, content_type = await jobs.store.result(job.id)
         except GatewayError as error:
             return error.response()
@@ -175,7 +185,7 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
     return [
         Route("/v1/jobs", SubmitJob(settings, jobs, edge)),
         Route("/v1/jobs/{job_id}", status, methods=["GET", "DELETE"]),
-        Route("/v1/jobs/{job_id}/result", result, methods=["GET"]),
+        Route("/v1/jobs/{job_id}/result", result, methods=["GET", "DELETE"]),
     ]
 
 

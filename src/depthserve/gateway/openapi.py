@@ -64,11 +64,12 @@ _ERRORS = {
     for code, text in (
         (400, "bad input"),
         (401, "missing or wrong API key"),
+        (403, "needs an admin key, or a client on the gateway's machine"),
         (404, "unknown model, version or id"),
         (413, "body or image too large"),
         (415, "unsupported content type"),
-        (429, "over the rate limit (Retry-After)"),
-        (503, "no backend or overloaded (Retry-After)"),
+        (429, "over the rate limit or the caller's job limits (Retry-After)"),
+        (503, "no backend, overloaded, or the job store full (Retry-After)"),
         (504, "deadline passed"),
     )
 }

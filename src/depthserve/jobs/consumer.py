@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from depthserve.jobs.broker import Broker, Delivery
-from depthserve.jobs.errors import BrokerUnavailable, JobNotFound
+from depthserve.jobs.errors import BrokerUnavailable, JobNotFound, ResultNotStored
 from depthserve.jobs.model import JobState
 from depthserve.jobs.store import BUSY, GAVE_UP, SKIP, JobStore
 
@@ -230,7 +230,14 @@ class JobConsumer:
                 log.exception("job %s: executor raised", job_id)
                 await self._failed(delivery, JobFailed(f"internal error: {type(exc).__name__}", False), start.attempts)
                 return
-            if await self.store.succeed(job_id, result, content_type):
+            try:
+                stored = await self.store.succeed(job_id, result, content_type)
+            except ResultNotStored as refused:  # the store failed the job for good: no other attempt would fit
+                log.warning("job %s: %s", job_id, refused)
+                self.counts.failed += 1
+                await self._settle(delivery)
+                return
+            if stored:
                 self.counts.succeeded += 1
             else:
                 self.counts.duplicates += 1

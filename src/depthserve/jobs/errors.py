@@ -4,6 +4,8 @@ JobError
  +-- BrokerUnavailable   the broker or the job store cannot be reached right now (retry later: 503)
  +-- JobNotFound         no such job, or its results expired (404)
  +-- JobConflict         the job is in a state that forbids the operation (409)
+ +-- QuotaExceeded       the caller (429) or the whole store (503) holds as many jobs or bytes as allowed
+ +-- ResultNotStored     a computed result did not fit the caller's or the store's byte limit (the job failed)
 """
 
 from __future__ import annotations
@@ -30,6 +32,19 @@ class JobConflict(JobError):
     def __init__(self, message: str, state: str) -> None:
         super().__init__(message)
         self.state = state
+
+
+class QuotaExceeded(JobError):
+    """A new job would take the caller (`scope` "caller") or the whole store ("total") past a job limit."""
+
+    def __init__(self, message: str, scope: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.retry_after_s = retry_after_s
+
+
+class ResultNotStored(JobError):
+    """The result did not fit the stored-bytes limits; the store marked the job failed with this message."""
 
 
 def _foreign_errors() -> tuple[type[BaseException], ...]:

@@ -7,12 +7,15 @@ Its deliveries need no touch; the consumer still records heartbeats in the memor
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from depthserve.jobs.broker import Broker, Delivery
 
+MAX_DEAD_LETTERS = 10_000  # the newest dead-lettered ids kept for operators; older ones are forgotten
+
 
 class _Delivery(Delivery):
-    def __init__(self, job_id: str, dead: list[str], queue: asyncio.Queue[str]) -> None:
+    def __init__(self, job_id: str, dead: deque[str], queue: asyncio.Queue[str]) -> None:
         self.job_id = job_id
         self._dead = dead
         self._queue = queue
@@ -25,7 +28,7 @@ class _Delivery(Delivery):
         self._queue.put_nowait(self.job_id)
 
     async def dead_letter(self, reason: str) -> None:
-        """Keep the id in a list, so operators can still see it."""
+        """Keep the id (the newest MAX_DEAD_LETTERS), so operators can still see it."""
         self._dead.append(self.job_id)
 
 
@@ -37,7 +40,7 @@ class InProcessBroker(Broker):
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._dead: list[str] = []
+        self._dead: deque[str] = deque(maxlen=MAX_DEAD_LETTERS)
 
     async def start(self, prefetch: int | None = None) -> None:
         """Nothing to connect to."""

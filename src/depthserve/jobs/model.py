@@ -48,7 +48,7 @@ class Job:
     content_type: str | None = None
     stores: int = 0  # results stored: 1 once succeeded, never more (the exactly-once check)
     duplicates: int = 0  # later deliveries that computed a result again and found one already stored
-    owner: str = ""  # the API key name that submitted it ("" with no API keys): only it may see the job
+    owner: str = ""  # the caller that submitted it (API key name, else "addr:HOST"): charged for it, scopes its key
     gave_up: bool = False  # failed only because its attempts ran out: a late result may still be stored
     heartbeat_at: float | None = None  # last sign of life of the running attempt (internal, not in the API)
 

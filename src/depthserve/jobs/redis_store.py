@@ -2,8 +2,9 @@
 
 Keys under the namespace NS: `NS:job:ID` (hash: fields of Job, `heartbeat_at` included, plus
 `result`), `NS:payload:ID` (the request, stored by reference so broker messages stay small),
-`NS:idem:KEY` (idempotency key, which the gateway scopes by caller, -> id)
-and `NS:queued` (sorted set of queued ids by creation time, for queue age).
+`NS:idem:KEY` (idempotency key, which the gateway scopes by caller, -> id),
+`NS:queued` (sorted set of queued ids by creation time, for queue age), and the quota keys
+described in redis_scripts.py (`NS:usage`, `NS:charges`, `NS:expiry`).
 Times are the clients' epoch seconds: heartbeats compare across workers, so their clocks must agree
 to well within the visibility timeout.
 """
@@ -13,96 +14,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from depthserve.jobs.errors import JobConflict, JobNotFound, broker_errors
+from depthserve.jobs import redis_scripts
+from depthserve.jobs.errors import JobConflict, JobNotFound, ResultNotStored, broker_errors
 from depthserve.jobs.model import Job, JobState
+from depthserve.jobs.quota import (
+    CALLER_BYTES,
+    RECORD_BYTES,
+    TOTAL_BYTES,
+    JobLimits,
+    Usage,
+    quota_error,
+    result_refused_message,
+)
 from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, gave_up_error
 
-_CREATE = """
-if KEYS[3] ~= '' then
-  local known = redis.call('GET', KEYS[3])
-  if known and redis.call('EXISTS', ARGV[5] .. known) == 1 then return known end
-  redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[2])
-return ARGV[2]
-"""
-_DISCARD = """
-if KEYS[3] ~= '' and redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', KEYS[4], ARGV[1])
-return 1
-"""
-_START = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {'skip', 0} end
-if state == 'succeeded' or state == 'failed' or state == 'cancelled' then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  return {'skip', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
-end
-if state == 'running' then
-  local beat = redis.call('HGET', KEYS[1], 'heartbeat_at') or redis.call('HGET', KEYS[1], 'started_at') or '0'
-  if tonumber(ARGV[1]) - (tonumber(beat) or 0) < tonumber(ARGV[5]) then
-    return {'busy', tonumber(redis.call('HGET', KEYS[1], 'attempts'))}
-  end
-end
-local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-redis.call('ZREM', KEYS[3], ARGV[3])
-if attempts > tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[4], 'gave_up', '1')
-  redis.call('DEL', KEYS[2])
-  return {'gave_up', attempts}
-end
-redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', ARGV[1], 'heartbeat_at', ARGV[1])
-return {'run', attempts}
-"""
-_HEARTBEAT = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
-redis.call('HSET', KEYS[1], 'heartbeat_at', ARGV[1])
-return 1
-"""
-_SUCCEED = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
-local late = state == 'failed' and redis.call('HGET', KEYS[1], 'gave_up') == '1'
-if state ~= 'running' and state ~= 'queued' and not late then
-  redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], 'state', 'succeeded', 'finished_at', ARGV[1], 'result', ARGV[2], 'content_type', ARGV[3])
-redis.call('HDEL', KEYS[1], 'error', 'gave_up')
-redis.call('HINCRBY', KEYS[1], 'stores', 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('DEL', KEYS[2])
-redis.call('ZREM', KEYS[3], ARGV[5])
-return 1
-"""
-_FAIL = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return 'gone' end
-if state ~= 'running' then return state end
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[2])
-  redis.call('DEL', KEYS[2])
-  return 'failed'
-end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'error', ARGV[2])
-redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], 'created_at'), ARGV[4])
-return 'queued'
-"""
-_CANCEL = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return 'gone' end
-if state == 'queued' then
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1])
-  redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[3], ARGV[2])
-  return 'cancelled'
-end
-return state
-"""
+QUOTA_PREFIX = "quota:"  # what the create script answers instead of an id when a limit refuses the job
 
 
 def _text(value: Any) -> str:
@@ -112,23 +38,16 @@ def _text(value: Any) -> str:
 class RedisJobStore(JobStore):
     """Job records shared by gateways and workers through one Redis; results expire after `ttl_s`."""
 
-    def __init__(self, url: str, namespace: str, ttl_s: float) -> None:
+    def __init__(self, url: str, namespace: str, ttl_s: float, limits: JobLimits | None = None) -> None:
         import redis.asyncio as aioredis
 
         self.ttl_s = ttl_s
+        self.limits = limits or JobLimits()
         self.namespace = namespace
         self.redis: Any = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         self._scripts = {
-            name: self.redis.register_script(text)
-            for name, text in (
-                ("create", _CREATE),
-                ("discard", _DISCARD),
-                ("start", _START),
-                ("heartbeat", _HEARTBEAT),
-                ("succeed", _SUCCEED),
-                ("fail", _FAIL),
-                ("cancel", _CANCEL),
-            )
+            name: self.redis.register_script(getattr(redis_scripts, name.upper()))
+            for name in ("create", "discard", "start", "heartbeat", "succeed", "fail", "cancel", "delete", "usage")
         }
 
     def _keys(self, job_id: str) -> tuple[str, str]:
@@ -138,24 +57,45 @@ class RedisJobStore(JobStore):
     def _queued_key(self) -> str:
         return f"{self.namespace}:queued"
 
+    @property
+    def _quota_keys(self) -> list[str]:
+        """The usage, charges and expiry keys, in that order (see redis_scripts)."""
+        return [f"{self.namespace}:usage", f"{self.namespace}:charges", f"{self.namespace}:expiry"]
+
     async def create(self, job: Job, payload: bytes, idempotency_key: str | None = None) -> tuple[Job, bool]:
         job_key, payload_key = self._keys(job.id)
         idem = f"{self.namespace}:idem:{idempotency_key}" if idempotency_key is not None else ""
         fields = [part for pair in job.to_fields().items() for part in pair]
         ttl_ms = int(self.ttl_s * 1000)
-        args: list[Any] = [ttl_ms, job.id, repr(job.created_at), payload, f"{self.namespace}:job:", *fields]
+        now = time.time()
+        args: list[Any] = [
+            ttl_ms,
+            job.id,
+            repr(job.created_at),
+            payload,
+            f"{self.namespace}:",
+            job.owner,
+            repr(now),
+            repr(now + self.ttl_s),
+            *self.limits.as_lua_args(),
+            RECORD_BYTES,
+            *fields,
+        ]
         with broker_errors("job store"):
-            keys = [job_key, payload_key, idem, self._queued_key]
+            keys = [job_key, payload_key, idem, self._queued_key, *self._quota_keys]
             stored = _text(await self._scripts["create"](keys=keys, args=args))
         if stored == job.id:
             return job, True
+        if stored.startswith(QUOTA_PREFIX):
+            raise quota_error(stored.removeprefix(QUOTA_PREFIX), self.limits)
         return await self.get(stored), False
 
     async def discard(self, job_id: str, idempotency_key: str | None = None) -> None:
         job_key, payload_key = self._keys(job_id)
         idem = f"{self.namespace}:idem:{idempotency_key}" if idempotency_key is not None else ""
         with broker_errors("job store"):
-            await self._scripts["discard"](keys=[job_key, payload_key, idem, self._queued_key], args=[job_id])
+            keys = [job_key, payload_key, idem, self._queued_key, *self._quota_keys]
+            await self._scripts["discard"](keys=keys, args=[job_id])
 
     async def get(self, job_id: str) -> Job:
         with broker_errors("job store"):
@@ -177,8 +117,8 @@ class RedisJobStore(JobStore):
             last = await self.redis.hget(job_key, "error")
             error = gave_up_error(max_attempts, _text(last) if last else None)
             action, attempts = await self._scripts["start"](
-                keys=[job_key, payload_key, self._queued_key],
-                args=[repr(time.time()), max_attempts, job_id, error, repr(float(stale_after_s))],
+                keys=[job_key, payload_key, self._queued_key, *self._quota_keys[:2]],
+                args=[repr(time.time()), max_attempts, job_id, error, repr(float(stale_after_s)), RECORD_BYTES],
             )
         action = _text(action)
         return Start({"run": RUN, "busy": BUSY, "gave_up": GAVE_UP}.get(action, SKIP), int(attempts or 0))
@@ -190,22 +130,30 @@ class RedisJobStore(JobStore):
 
     async def succeed(self, job_id: str, result: bytes, content_type: str) -> bool:
         job_key, payload_key = self._keys(job_id)
+        limits = self.limits
+        refusals = [result_refused_message(code, limits, len(result)) for code in (CALLER_BYTES, TOTAL_BYTES)]
+        now = time.time()
+        args: list[Any] = [repr(now), result, content_type, int(self.ttl_s * 1000), job_id, *limits.as_lua_args()[2:]]
         with broker_errors("job store"):
-            stored = await self._scripts["succeed"](
-                keys=[job_key, payload_key, self._queued_key],
-                args=[repr(time.time()), result, content_type, int(self.ttl_s * 1000), job_id],
+            stored = int(
+                await self._scripts["succeed"](
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys],
+                    args=[*args, RECORD_BYTES, *refusals, repr(now + self.ttl_s)],
+                )
             )
-        if int(stored) < 0:
+        if stored < 0:
             raise JobNotFound(f"no job {job_id!r} (expired while it ran)")
-        return int(stored) == 1
+        if stored > 1:
+            raise ResultNotStored(refusals[stored - 2])
+        return stored == 1
 
     async def fail(self, job_id: str, error: str, final: bool) -> JobState:
         job_key, payload_key = self._keys(job_id)
         with broker_errors("job store"):
             state = _text(
                 await self._scripts["fail"](
-                    keys=[job_key, payload_key, self._queued_key],
-                    args=[repr(time.time()), error, "1" if final else "0", job_id],
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys[:2]],
+                    args=[repr(time.time()), error, "1" if final else "0", job_id, RECORD_BYTES],
                 )
             )
         if state == "gone":
@@ -217,7 +165,8 @@ class RedisJobStore(JobStore):
         with broker_errors("job store"):
             state = _text(
                 await self._scripts["cancel"](
-                    keys=[job_key, payload_key, self._queued_key], args=[repr(time.time()), job_id]
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys[:2]],
+                    args=[repr(time.time()), job_id, RECORD_BYTES],
                 )
             )
         if state == "gone":
@@ -234,6 +183,27 @@ class RedisJobStore(JobStore):
         if _text(state) != JobState.SUCCEEDED or data is None:
             raise JobConflict(f"job {job_id} is {_text(state)}; it has no result", _text(state))
         return bytes(data), _text(content_type or b"application/octet-stream")
+
+    async def delete(self, job_id: str) -> None:
+        job_key, payload_key = self._keys(job_id)
+        with broker_errors("job store"):
+            state = _text(
+                await self._scripts["delete"](
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys], args=[job_id]
+                )
+            )
+        if state == "gone":
+            raise JobNotFound(f"no job {job_id!r} (unknown, or its results expired)")
+        if state != "deleted":
+            raise JobConflict(f"job {job_id} is {state}; cancel it, or wait until it ends", state)
+
+    async def usage(self, owner: str) -> Usage:
+        with broker_errors("job store"):
+            values = await self._scripts["usage"](
+                keys=[*self._quota_keys, self._queued_key], args=[f"{self.namespace}:", repr(time.time()), owner]
+            )
+        active, stored, total_active, total_stored = (int(value) for value in values)
+        return Usage(active, stored, total_active, total_stored)
 
     async def queued(self) -> tuple[int, float | None]:
         with broker_errors("job store"):

@@ -16,8 +16,10 @@ from typing import Any
 from depthserve.jobs.broker import Broker, broker_kind, open_broker
 from depthserve.jobs.consumer import Executor, JobConsumer
 from depthserve.jobs.errors import BrokerUnavailable
+from depthserve.jobs.memory_store import MemoryJobStore
 from depthserve.jobs.model import Job, new_job_id
-from depthserve.jobs.store import JobStore, MemoryJobStore
+from depthserve.jobs.quota import JobLimits, new_job_refusal, quota_error
+from depthserve.jobs.store import JobStore
 
 log = logging.getLogger("depthserve.jobs")
 DEFAULT_JOB_STORE = "redis://127.0.0.1:6379/0"
@@ -33,16 +35,20 @@ async def close_quietly(*closers: Callable[[], Awaitable[None]]) -> None:
             log.warning("closing jobs: %s: %s", type(exc).__name__, exc)
 
 
-def open_store(broker_url: str | None, store_url: str | None, namespace: str, ttl_s: float) -> JobStore:
-    """Job state lives in Redis when a broker URL is given (the broker's own for redis://), else in memory."""
-    kind = broker_kind(broker_url)
+def open_store(settings: Any) -> JobStore:
+    """Job state lives in Redis when a broker URL is given (the broker's own for redis://), else in memory.
+
+    `settings` are a gateway's or a worker's (JobFields): both enforce the same limits on what they store.
+    """
+    kind = broker_kind(settings.broker)
+    limits = JobLimits.from_settings(settings)
     if kind == "in_process":
-        return MemoryJobStore(ttl_s)
+        return MemoryJobStore(settings.job_ttl_s, limits=limits)
     from depthserve.jobs.redis_store import RedisJobStore
 
-    url = store_url or (broker_url if kind == "redis" else DEFAULT_JOB_STORE)
+    url = settings.job_store or (settings.broker if kind == "redis" else DEFAULT_JOB_STORE)
     assert url is not None
-    return RedisJobStore(url, namespace, ttl_s)
+    return RedisJobStore(url, settings.job_namespace, settings.job_ttl_s, limits)
 
 
 class JobService:
@@ -61,7 +67,7 @@ class JobService:
     def from_settings(cls, settings: Any, executor: Executor | None = None) -> JobService:
         """Build from Gateway settings; `executor` runs in-process jobs (no broker URL)."""
         broker = open_broker(settings.broker, settings.job_namespace, settings.job_visibility_timeout_s)
-        store = open_store(settings.broker, settings.job_store, settings.job_namespace, settings.job_ttl_s)
+        store = open_store(settings)
         consumer = None
         if broker.kind == "in_process" and executor is not None:
             consumer = JobConsumer(
@@ -118,13 +124,21 @@ class JobService:
             self._consumer_task.cancel()
         await close_quietly(self.broker.close, self.store.close)
 
+    async def check_room(self, owner: str) -> None:
+        """Refuse (QuotaExceeded) a caller that could not store even an empty job, before its upload is read."""
+        self.check_ready()
+        refused = new_job_refusal(self.store.limits, await self.store.usage(owner), 0)
+        if refused is not None:
+            raise quota_error(refused, self.store.limits)
+
     async def submit(
         self, model: str, payload: Callable[[str], bytes], idempotency_key: str | None, owner: str = ""
     ) -> tuple[Job, bool]:
         """Store the job (payload built for its id), then publish it; True if new.
 
         If the broker refuses, or the submission is cancelled while publishing, the job is forgotten (it was
-        never accepted) and the error propagates. `owner` is the caller the job belongs to.
+        never accepted) and the error propagates. `owner` is the caller the job belongs to and is charged to
+        (QuotaExceeded past its limits; an idempotent replay is never refused).
         """
         self.check_ready()
         job = Job(id=new_job_id(), model=model, created_at=time.time(), owner=owner)
@@ -140,15 +154,18 @@ class JobService:
         return job, True
 
     async def stats(self) -> dict[str, Any]:
-        """Queue depth and the age of the oldest queued job, for autoscaling (and the last value in last_stats)."""
+        """Queue depth, oldest queued job's age (for autoscaling), jobs active and MiB kept (against the limits)."""
         self.check_ready()
         queued, oldest = await self.store.queued()
+        usage = await self.store.usage("")  # the totals; no caller is named ""
         stats: dict[str, Any] = {
             "broker": self.broker.kind,
             "durable": self.broker.durable,
             "queued": queued,
             "oldest_queued_age_s": None if oldest is None else round(max(0.0, time.time() - oldest), 3),
             "broker_depth": await self.broker.depth(),
+            "active": usage.total_active,
+            "stored_mib": round(usage.total_stored_bytes / (1024 * 1024), 1),
         }
         self.last_stats = stats
         return stats

@@ -24,7 +24,7 @@ class WorkerJobs:
 
     def __init__(self, settings: WorkerSettings, servicer: InferenceServicer, batcher: Batcher) -> None:
         self.broker = open_broker(settings.broker, settings.job_namespace, settings.job_visibility_timeout_s)
-        self.store = open_store(settings.broker, settings.job_store, settings.job_namespace, settings.job_ttl_s)
+        self.store = open_store(settings)
         self.consumer = JobConsumer(
             self.broker,
             self.store,
