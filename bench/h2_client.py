@@ -51,6 +51,7 @@ class H2Client:
         self._unsent: dict[int, tuple[bytearray, bool]] = {}  # body bytes waiting for the peer's window, end flag
         self._body_open: set[int] = set()  # streams whose request body has not ended
         self.closed = False
+        self._flush_due = False
         self._flush()
         self._task = asyncio.create_task(self._read_loop())
 
@@ -122,6 +123,13 @@ class H2Client:
         self._flush()
 
     def _flush(self) -> None:
+        """Write what h2 has queued once per event-loop tick, so requests started together share one send."""
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._write)
+
+    def _write(self) -> None:
+        self._flush_due = False
         data = self.conn.data_to_send()
         if data and not self._writer.is_closing():
             self._writer.write(data)
