@@ -86,9 +86,11 @@ class Normal:
 
     @property
     def success(self) -> float:
+        """Share of requests answered 200."""
         return len(self.ok_ms) / self.sent if self.sent else float("nan")
 
     def p(self, q: float) -> float:
+        """Latency percentile of the successful requests, ms."""
         return float(np.percentile(self.ok_ms, q)) if self.ok_ms else float("nan")
 
 
@@ -279,6 +281,7 @@ class Bench:
 
 
 def render(runs: list[Run], title: str, markdown: Path | None) -> None:
+    """Print one table; append it to `markdown` too when given."""
     table = Table(title=title)
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("run", "attack") else "right")
