@@ -3,33 +3,57 @@
 from __future__ import annotations
 
 import os
+import socket
+from typing import Any
 
 from granian import Granian
+from granian._granian import SocketHolder
 from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings, HTTP2Settings
 
 from depthserve.gateway.app import SETTINGS_ENV
+from depthserve.ports import BACKLOG, check_free, listen_exclusive
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import granian_log_config
+
+
+class _BoundOnce(Granian):  # type: ignore[misc,valid-type]
+    """Granian serving a socket bound once by this process: granian's own bind sets SO_REUSEPORT on Linux,
+    so a second gateway (or any program setting it) would silently share the port."""
+
+    def __init__(self, listener: socket.socket, **options: Any) -> None:
+        super().__init__(**options)
+        self._listener = listener
+
+    def _init_shared_socket(self) -> None:
+        fd = self._listener.fileno()
+        self._ssp = None  # no per-worker bind: every granian worker serves this one socket
+        self._shd = SocketHolder(fd, False, BACKLOG)  # type: ignore[call-arg]  # (fd, is_uds, backlog); the stub lags
+        self._sfd = fd
+        self._sso = self._listener
 
 
 def main(settings: GatewaySettings) -> None:
     """Serve until SIGTERM/SIGINT; one granian worker, so the pool has one view (scale with more gateways).
 
     Without TLS the port speaks HTTP/1.1 and h2c with prior knowledge; with a certificate, TLS with
-    ALPN choosing h2 or http/1.1.
+    ALPN choosing h2 or http/1.1. Raises PortUnavailable before anything starts when a port is taken.
     """
+    check_free(settings.host, settings.grpc_port, "--grpc-port")  # bound later, in the app's start-up
+    listener = listen_exclusive(settings.host, settings.port)
     os.environ[SETTINGS_ENV] = settings.model_dump_json()
     header_bytes = settings.max_header_kb * 1024
-    server = Granian(
-        "depthserve.gateway.app:app_from_env",
+    server = _BoundOnce(
+        listener,
+        target="depthserve.gateway.app:app_from_env",
         factory=True,
         address=settings.host,
-        port=settings.port,
+        port=listener.getsockname()[1],
         interface=Interfaces.ASGI,
         http=HTTPModes.auto,
         loop=Loops.uvloop,
         workers=1,
+        backlog=BACKLOG,
         log_access=False,
         log_dictconfig=granian_log_config(settings.log_format),
         http1_settings=HTTP1Settings(max_buffer_size=max(8192, header_bytes)),

@@ -35,9 +35,13 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """Raise gRPC's 4 MiB message limit so full-resolution images and depth maps fit."""
+    """Raise gRPC's 4 MiB message limit so full-resolution images and depth maps fit; never share the port."""
     limit = max_message_mb * 1024 * 1024
-    return [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),  # gRPC's default lets a second worker on this port take half its traffic
+    ]
 
 
 def server_credentials(settings: WorkerSettings) -> grpc.ServerCredentials | None:

@@ -1,0 +1,45 @@
+"""Listening ports: checked before anything starts, and bound so that no other process can share them."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+BACKLOG = 1024  # pending connections the gateway's HTTP socket holds
+
+
+class PortUnavailable(Exception):
+    """A port this process would listen on is taken or forbidden; the message is one line for the user."""
+
+
+def listen_exclusive(host: str, port: int, flag: str = "--port", backlog: int = BACKLOG) -> socket.socket:
+    """Bind and listen without SO_REUSEPORT, so a second server on this port fails instead of sharing it."""
+    addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = addresses[0]
+    sock = socket.socket(family, kind, proto)
+    # SO_REUSEADDR only lets a restart bind over old TIME_WAIT connections; Linux still refuses a second listener.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise PortUnavailable(_in_use_message(host, port, flag, exc)) from None
+        raise
+    return sock
+
+
+def check_free(host: str, port: int | None, flag: str) -> None:
+    """Raise PortUnavailable when `port` cannot be listened on now; port None or 0 (pick one) always passes."""
+    if port:
+        listen_exclusive(host, port, flag, backlog=1).close()
+
+
+def _in_use_message(host: str, port: int, flag: str, exc: OSError) -> str:
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need root); choose another {flag}"
+    return (
+        f"cannot listen on {host}:{port}: the port is in use (another depthserve, or another program, listens there);"
+        f" stop it or choose another {flag}"
+    )
