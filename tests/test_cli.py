@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -26,7 +33,10 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def depthserve(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "depthserve", *args], capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe of no set width: the whole table
+    return subprocess.run(
+        [sys.executable, "-m", "depthserve", *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def test_predict_writes_every_format(
@@ -84,3 +94,63 @@ def test_new_key_prints_a_key_and_its_hashed_line() -> None:
     key = done.stdout.split("key:")[1].split()[0]
     line = done.stdout.split("line:")[1].split()[0]
     assert line == f"carol:{hash_key(key)}" and key not in line
+
+
+def on_terminal(args: list[str], columns: int) -> str:
+    """Run `depthserve ARGS` on a pseudo-terminal `columns` wide, as a person would; give what it showed."""
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "depthserve", *args], stdin=side, stdout=side, stderr=side, env=env
+    ) as process:
+        os.close(side)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the terminal closed when the process ended
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert process.wait(60) == 0, shown.decode(errors="replace")
+    os.close(main)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_status_fits_a_narrow_terminal_with_whole_cells(gateway_url: str, columns: int) -> None:
+    shown = on_terminal(["status", "--url", gateway_url], columns)
+    lines = shown.splitlines()
+    assert max(len(line) for line in lines) <= columns, shown
+    assert "…" not in shown, shown
+    cluster = httpx.get(f"{gateway_url}/v1/cluster").json()
+    for backend in cluster["backends"]:  # every cell whole, each on its line: address, state, counts
+        row = next(line for line in lines if backend["address"] in line)
+        assert backend["state"] in row and f" {backend['served']} " in f" {row} ", shown
+
+
+def test_status_shows_every_column_on_a_wide_terminal(gateway_url: str) -> None:
+    shown = on_terminal(["status", "--url", gateway_url], 200)
+    assert "model:version" in shown and "peak ms" in shown and "report age" in shown and "…" not in shown, shown
+
+
+def test_version() -> None:
+    from depthserve import __version__
+
+    done = depthserve("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"depthserve {__version__}", done
+
+
+@pytest.mark.parametrize("command", [[], ["predict"], ["gateway"], ["status"], ["drain"]])
+def test_help_shows_flags_without_a_value(command: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "depthserve", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0 and "--help" in done.stdout, done.stderr
+    assert "<bool>" not in done.stdout, done.stdout

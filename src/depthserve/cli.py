@@ -3,18 +3,62 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup, TyperOption
 
+from depthserve import __version__
+from depthserve.ports import PortUnavailable, check_free
 from depthserve.settings import GatewaySettings, WorkerSettings, load_settings
 
+
+def _without_flag_values(params: list[Any]) -> list[Any]:
+    """Show flags bare in help: typer's rich help prints a `<bool>` value after flags, which take none."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+    return params
+
+
+class _Commands(TyperGroup):
+    """The command group, with flags shown without a value in its own help and every command's."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_values(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _without_flag_values(command.get_params(ctx))
+        return command
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="Serve LingBot-Depth from many workers behind one HTTP/2 gateway.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"depthserve {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", callback=_print_version, is_eager=True)
+    ] = False,
+) -> None:
+    """Serve LingBot-Depth from many workers behind one HTTP/2 gateway."""
+
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file")]
 # Options the worker and the gateway share (async jobs, logging).
@@ -27,6 +71,16 @@ JobMaxAttemptsOpt = Annotated[int | None, typer.Option(help="attempts before a j
 JobVisibilityTimeoutSOpt = Annotated[float | None, typer.Option(help="re-run a silent job after, s [30]")]
 JobTimeoutSOpt = Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")]
 LogLevelOpt = Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")]
+
+
+@contextmanager
+def _refusing_taken_ports() -> Iterator[None]:
+    """Turn a taken port into one line on stderr and exit code 1, before anything heavy starts."""
+    try:
+        yield
+    except PortUnavailable as exc:
+        typer.echo(f"depthserve: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -82,9 +136,13 @@ def worker(
 ) -> None:
     """Run a model worker (OIP v2 gRPC server)."""
     flags = {k: v for k, v in locals().items() if k != "config"}
+    settings = load_settings(WorkerSettings, config, **flags)
+    with _refusing_taken_ports():  # before the model loads
+        check_free(settings.host, settings.port, "--port")
+        check_free(settings.host, settings.metrics_port, "--metrics-port")
     from depthserve.worker.server import main
 
-    main(load_settings(WorkerSettings, config, **flags))
+    main(settings)
 
 
 @app.command()
@@ -132,8 +190,6 @@ def gateway(
 ) -> None:
     """Run the HTTP/2 gateway in front of workers."""
     flags = {k: v for k, v in locals().items() if k != "config"}
-    from depthserve.gateway.serve import main
-
     if policy_options is not None:
         try:
             flags["policy_options"] = json.loads(policy_options)
@@ -147,13 +203,18 @@ def gateway(
             "give at least one backend with --backends HOST:PORT, or a source with --discovery URL",
             param_hint="--backends",
         )
+    with _refusing_taken_ports():  # before the app's imports; serve.main then binds exclusively
+        check_free(settings.host, settings.port, "--port")
+        check_free(settings.host, settings.grpc_port, "--grpc-port")
     from depthserve.gateway.app import check_settings
+    from depthserve.gateway.serve import main
 
     try:
         check_settings(settings)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    main(settings)
+    with _refusing_taken_ports():
+        main(settings)
 
 
 @app.command()
@@ -182,6 +243,9 @@ def up(
         if broker is not None:  # without one, the gateway runs jobs itself (in-process, not durable)
             os.environ[f"DEPTHSERVE_{component}_BROKER"] = broker
 
+    with _refusing_taken_ports():  # before any worker loads a model
+        check_free("127.0.0.1", port, "--port")
+        check_free("127.0.0.1", grpc_port, "--grpc-port")
     if grpc_port is not None:
         os.environ["DEPTHSERVE_GATEWAY_GRPC_PORT"] = str(grpc_port)
     cluster = LocalCluster(

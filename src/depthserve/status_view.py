@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -9,77 +10,16 @@ from typing import Any
 import httpx
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
+
+from depthserve.status_table import cluster_table
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
 
-def _load_cells(backend: dict[str, Any]) -> list[str]:
-    load = backend.get("load")
-    if not load or backend.get("load_stale"):
-        return ["?"] * 7  # no report, or too old to trust: unknown, not idle
-    mem = f"{load['gpu_mem_used'] / 2**30:.1f}/{load['gpu_mem_total'] / 2**30:.0f}G" if load["gpu_mem_total"] else "-"
-    return [
-        f"{load['queue']}+{load['running']}",
-        f"{load.get('batch_size', 0)}/{load['max_batch']}",  # last batch / capacity (older views lack the first)
-        f"{load['gpu_util']:.0%}",
-        mem,
-        f"{load['gpu_temp']:.0f}C" if load["gpu_temp"] else "-",
-        f"{load['capacity_rps']:.1f}" if load["capacity_rps"] else "-",
-        f"{backend['load_age_s']:.1f}s",
-    ]
-
-
-def _model_version(backend: dict[str, Any]) -> str:
-    """What the backend serves, as `model:version`; `any` for an untagged --backends entry."""
-    model, version = backend.get("model"), backend.get("version")
-    if not model:
-        return "any"
-    return f"{model}:{version}" if version else str(model)
-
-
-def cluster_table(cluster: dict[str, Any]) -> Table:
-    """Lay out one row per backend: state, weight, the gateway's stats and the backend's last load report."""
-    policies = ", ".join(f"{m}: {p}" for m, p in cluster.get("policies", {}).items())
-    title = f"model {cluster.get('model')} · policy {cluster.get('policy')}" + (f" ({policies})" if policies else "")
-    table = Table(title=title)
-    columns = (
-        "backend",
-        "model:version",
-        "state",
-        "weight",
-        "in flight",
-        "served",
-        "errors",
-        "ewma ms",
-        "peak ms",
-        "queue+run",
-        "batch",
-        "util",
-        "memory",
-        "temp",
-        "cap rps",
-        "report age",
-    )
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("backend", "model:version", "state") else "right")
-    for backend in cluster.get("backends", []):
-        colour = {"ready": "green", "unhealthy": "red", "ejected": "red"}.get(backend["state"], "yellow")
-        weight = f"{backend['weight']:g}" + (" auto" if backend.get("weight_mode") == "auto" else "")
-        table.add_row(
-            backend["address"],
-            _model_version(backend),
-            f"[{colour}]{backend['state']}[/{colour}]",
-            weight,
-            str(backend["in_flight"]),
-            str(backend["served"]),
-            str(backend["errors"]),
-            f"{backend['ewma_ms']:.1f}",
-            f"{backend['peak_ewma_ms']:.1f}",
-            *_load_cells(backend),
-        )
-    return table
+def _console() -> Console:
+    """The terminal's width; pipes and logs get the whole table unless COLUMNS says how wide to be."""
+    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
 
 
 def sparkline(values: list[float | None], width: int = 60) -> str:
@@ -109,7 +49,7 @@ def history_text(history: dict[str, Any]) -> Text:
 def watch_status(url: str, interval_s: float = 2.0) -> int:
     """Redraw the cluster table with QPS and p99 sparklines every `interval_s` until Ctrl-C; return an exit code."""
     base = url.rstrip("/")
-    console = Console(width=None if sys.stdout.isatty() else 220)
+    console = _console()
     window = max(1, round(interval_s))
     try:
         with httpx.Client(timeout=5.0) as client, Live(console=console, auto_refresh=False) as live:
@@ -118,7 +58,8 @@ def watch_status(url: str, interval_s: float = 2.0) -> int:
                     cluster = client.get(f"{base}/v1/cluster").raise_for_status().json()
                     history = client.get(f"{base}/v1/cluster/history", params={"window_s": window}).raise_for_status()
                     stamp = Text(f"{base} · {time.strftime('%H:%M:%S')} · Ctrl-C to stop", style="dim")
-                    live.update(Group(cluster_table(cluster), history_text(history.json()), stamp), refresh=True)
+                    table = cluster_table(cluster, console)
+                    live.update(Group(table, history_text(history.json()), stamp), refresh=True)
                 except httpx.HTTPError as exc:
                     live.update(Text(f"cannot read {base}/v1/cluster: {exc}", style="red"), refresh=True)
                 time.sleep(interval_s)
@@ -128,14 +69,14 @@ def watch_status(url: str, interval_s: float = 2.0) -> int:
 
 def show_status(url: str) -> int:
     """Fetch /v1/cluster and print it; return an exit code."""
-    console = Console(width=None if sys.stdout.isatty() else 220)  # pipes and logs get the whole table
+    console = _console()
     try:
         reply = httpx.get(f"{url.rstrip('/')}/v1/cluster", timeout=5.0)
         reply.raise_for_status()
     except httpx.HTTPError as exc:
         console.print(f"[red]cannot read {url}/v1/cluster: {exc}[/red]")
         return 1
-    console.print(cluster_table(reply.json()))
+    console.print(cluster_table(reply.json(), console))
     return 0
 
 
