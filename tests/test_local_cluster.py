@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -94,3 +95,52 @@ def test_up_restarts_a_worker_that_dies(rgb_png: bytes) -> None:
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
+
+
+def test_up_banner_is_unwrapped_and_log_folders_do_not_pile_up(tmp_path: Path) -> None:
+    temp = tmp_path / "temp"  # the temp dir `up` keeps its log folders in
+    temp.mkdir()
+    for index in range(8):  # earlier runs' folders, oldest first
+        old = temp / f"depthserve-up-old{index}"
+        old.mkdir()
+        (old / "gateway.log").write_text("an earlier run\n")
+        os.utime(old, (1_000_000 + index, 1_000_000 + index))
+    running = temp / "depthserve-up-running"  # another `up`, still alive: its logs are in use
+    running.mkdir()
+    (running / "up.pid").write_text(str(os.getpid()))
+    os.utime(running, (1, 1))
+    port = free_port()
+    stderr_log = tmp_path / "up.stderr"
+    env = {**os.environ, "TMPDIR": str(temp), "COLUMNS": "80"}  # logged, 80 columns wide
+    with stderr_log.open("w") as stderr:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "depthserve", "up", "--workers", "1", "--port", str(port), "--model", "synthetic"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+            env=env,
+            cwd=tmp_path,  # a folder of the user's: the banner's paths must work from there
+        )
+    try:
+        assert up.stdout is not None and up.stdout.readline().startswith("depthserve ready"), stderr_log.read_text()
+        deadline = time.monotonic() + 30
+        while "Ctrl-C" not in stderr_log.read_text() and time.monotonic() < deadline:  # the banner's last line
+            time.sleep(0.1)
+        banner = stderr_log.read_text().split("\nTry it", 1)[1].splitlines()
+        curl = next(line.strip() for line in banner if line.startswith("  curl"))
+        assert curl.endswith(f"http://127.0.0.1:{port}/v1/depth -o depth.npy"), banner  # whole, on one line
+        assert any(line.strip().endswith(f"status --url http://127.0.0.1:{port}") for line in banner), banner
+        done = subprocess.run(["bash", "-c", curl], cwd=tmp_path, capture_output=True, timeout=60)  # pasted as is
+        assert done.returncode == 0 and np.load(tmp_path / "depth.npy").ndim == 2, done.stderr
+        log_dir = Path(next(line for line in banner if line.startswith("Logs: ")).split()[1])
+        assert log_dir.parent == temp and (log_dir / "gateway.log").exists()
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(30) == 0
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+    left = sorted(folder.name for folder in temp.iterdir())
+    assert running.exists() and log_dir.exists(), left  # in use, and this run's logs stay after it
+    finished = [name for name in left if name != running.name]
+    assert len(finished) == 5 and "depthserve-up-old7" in finished and "depthserve-up-old3" not in finished, left

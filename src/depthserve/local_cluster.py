@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from depthserve.cluster_logs import KEEP, new_log_dir
 from depthserve.probes import free_port, grpc_serving, http_ready
+from depthserve.ready_banner import print_banner
 
 console = Console(stderr=True)
 PR_SET_PDEATHSIG = 1
@@ -67,7 +68,7 @@ class LocalCluster:
         self.policy = policy
         self.threads = threads or 1
         self.ready_timeout_s = ready_timeout_s
-        self.log_dir = Path(tempfile.mkdtemp(prefix="depthserve-up-"))
+        self.log_dir = new_log_dir()
         self.children: list[Child] = []
         self._stop_signal: int | None = None
 
@@ -115,6 +116,7 @@ class LocalCluster:
                 if child.process.poll() is not None:
                     progress.stop()
                     console.print(f"[red]{name} exited with code {child.process.returncode}:[/red]\n{child.tail()}")
+                    console.print(f"whole log: {child.log}", soft_wrap=True)
                     return False
                 ready = http_ready(target) if target.startswith("http") else grpc_serving(target)
                 if ready:
@@ -185,18 +187,14 @@ class LocalCluster:
                 return code
             url = f"http://127.0.0.1:{self.port}"
             print(f"depthserve ready at {url}", flush=True)
-            console.print(
-                f"  try: curl --http2-prior-knowledge -H 'Content-Type: image/png' "
-                f"--data-binary @photo.png {url}/v1/depth -o depth.npy"
-            )
-            console.print(f"  status: depthserve status --watch --url {url}   logs: {self.log_dir}")
-            console.print(f"  dashboard: {url}/dashboard   metrics: {url}/metrics")
+            print_banner(url, self.log_dir, KEEP)
             while self._stop_signal is None:
                 for child in self.children:
                     if child.process.poll() is None:
                         continue
                     if child.name == "gateway":
                         console.print(f"[red]the gateway exited unexpectedly:[/red]\n{child.tail()}")
+                        console.print(f"whole log: {child.log}", soft_wrap=True)
                         return 1
                     self._supervise(child)
                 time.sleep(0.2)
