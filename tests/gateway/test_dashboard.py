@@ -31,7 +31,7 @@ def chromium() -> str:
     """Chromium's path; skip without it, or fail where CI says it must be installed (scripts/setup does)."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        message = "chromium is not installed (Debian package chromium; scripts/setup installs it)"
+        message = "chromium is not installed (Debian package chromium; scripts/test installs it)"
         if REQUIRE_SERVICES:
             pytest.fail(message + " (DEPTHSERVE_REQUIRE_SERVICES=1)")
         pytest.skip(message)
