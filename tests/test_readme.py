@@ -57,6 +57,7 @@ SKIPPED = {
     "curl -s localhost:8000/v1/jobs/ID": "ID stands for the id the submission printed",
     "curl -s localhost:8000/v1/jobs/ID/result -o depth.npy": "ID stands for the id the submission printed",
     "curl -s -X DELETE localhost:8000/v1/jobs/ID": "ID stands for the id the submission printed",
+    "curl -s -X DELETE localhost:8000/v1/jobs/ID/result": "ID stands for the id the submission printed",
 }
 UP = "scripts/up"  # the README's first command, run as the cluster every other example talks to
 
