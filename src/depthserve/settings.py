@@ -99,6 +99,9 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
     max_concurrent_batches: int = Field(1, ge=1, le=16, description="batches on the device at once")
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
     max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
+    max_aspect_ratio: float = Field(
+        16.0, ge=1, description="widest image accepted, long side over short side (the token grid's cost)"
+    )
     warmup_requests: int = Field(1, ge=0, description="inferences per warm-up level before reporting ready")
     warmup_levels: list[int] = Field(default_factory=lambda: [0, 9], description="resolution levels warmed up")
     drain_notice_s: float = Field(
@@ -244,6 +247,9 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     )
     upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
     max_pixels: int = Field(40_000_000, ge=1, description="largest image accepted (read from its header), pixels")
+    max_aspect_ratio: float = Field(
+        16.0, ge=1, description="widest image accepted, long side over short side (read from its header)"
+    )
     max_parts: int = Field(8, ge=1, description="most multipart parts in one request")
     max_header_kb: int = Field(64, ge=1, description="largest request header block, KiB")
     tls_cert: Path | None = Field(None, description="serve HTTPS (h2 + HTTP/1.1 by ALPN) with this certificate")

@@ -408,3 +408,47 @@ def test_a_stream_flooded_with_requests_stays_within_its_window(cluster: dict[st
     client.close()
     assert [error for _, error in answers if error is not None] == []
     assert {result.get_response().id for result, _ in answers} == {f"f{index}" for index in range(80)}
+
+
+def test_model_config_leaves_the_worker_log_clean(cluster: dict[str, Any]) -> None:
+    """Every GET .../config used to log a NotImplementedError traceback on the worker, at ERROR."""
+    before = len(cluster["worker"].output())
+    for _ in range(3):
+        reply = httpx.get(f"{cluster['url']}/v2/models/{MODEL}/config", timeout=30)
+        assert reply.status_code == 200 and reply.json()["name"] == MODEL
+    log = cluster["worker"].output()[before:]
+    assert "Traceback" not in log and "NotImplementedError" not in log and "ERROR" not in log, log[-2000:]
+
+
+def test_costly_oip_requests_are_refused_clearly_and_the_next_one_served(
+    cluster: dict[str, Any], rgb_png: bytes
+) -> None:
+    """num_tokens past the model's range (the worker refuses), a 1 x 100,000 image tensor (the gateway refuses)."""
+    sent = refused = 0
+    client = httpclient.InferenceServerClient(cluster["http"])
+    with pytest.raises(InferenceServerException, match="num_tokens must be between") as tokens:
+        sent += 1
+        client.infer(MODEL, [png_input(httpclient, rgb_png)], parameters={"num_tokens": 100_000})
+    refused += 1
+    assert tokens.value.status() == "400"
+    wide = httpclient.InferInput("image", [1, 100_000, 3], "UINT8")
+    wide.set_data_from_numpy(np.zeros((1, 100_000, 3), np.uint8), binary_data=True)
+    with pytest.raises(InferenceServerException, match="aspect ratio of 1e\\+05:1") as narrow:
+        sent += 1
+        client.infer(MODEL, [wide])
+    refused += 1
+    assert narrow.value.status() == "400"
+    client.close()
+    grpc_client = grpcclient.InferenceServerClient(cluster["grpc"])
+    wide_grpc = grpcclient.InferInput("image", [1, 100_000, 3], "UINT8")
+    wide_grpc.set_data_from_numpy(np.zeros((1, 100_000, 3), np.uint8))
+    with pytest.raises(InferenceServerException, match="aspect ratio") as over_grpc:
+        sent += 1
+        grpc_client.infer(MODEL, [wide_grpc])
+    refused += 1
+    assert over_grpc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    sent += 1
+    assert_matches_v1(cluster, grpc_client.infer(MODEL, [png_input(grpcclient, rgb_png)]).as_numpy("depth"))
+    grpc_client.close()
+    assert (sent, refused) == (4, 3)
+    assert_healthy(cluster)

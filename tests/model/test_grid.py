@@ -41,3 +41,14 @@ def test_bad_level_is_a_typed_error(level: object) -> None:
 def test_import_does_not_load_torch(module: str) -> None:
     code = f"import sys, {module}; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_num_tokens_is_bounded_by_the_models_range() -> None:
+    from depthserve.model.grid import check_num_tokens
+
+    check_num_tokens(1200)
+    check_num_tokens(3600)
+    check_num_tokens(16, (16, 256))
+    for bad in (100_000, 3601, 1199, 0, True):
+        with pytest.raises(ModelInputError, match="between 1200 and 3600 \\(this model's range\\)"):
+            check_num_tokens(bad)  # type: ignore[arg-type]

@@ -17,6 +17,10 @@ class ImageTooLarge(CodecError):
     """Signal an image or array whose header claims more pixels than allowed."""
 
 
+class ExtremeAspectRatio(CodecError):
+    """Signal an image far wider than tall (or the reverse), whose token grid would cost without bound."""
+
+
 class DepthShapeMismatch(CodecError):
     """Signal a depth map whose size differs from the RGB image it goes with."""
 
@@ -35,3 +39,7 @@ class InvalidArray(CodecError):
 
 class UnsupportedFormat(CodecError):
     """Signal an output format (query parameter or Accept header) the server cannot produce."""
+
+
+class ReplyTooLarge(CodecError):
+    """Signal a reply that would exceed the largest message a worker may send; no retry can help."""

@@ -64,8 +64,8 @@ def _to_matrix(flat: np.ndarray) -> np.ndarray:
     raise InvalidIntrinsics(f"intrinsics have {flat.size} numbers, expected 4 or 9; {_HOW}")
 
 
-def _validate(k: np.ndarray) -> None:
-    """Reject matrices that cannot be a pinhole camera, so back-projection never divides by zero."""
+def check_intrinsics(k: np.ndarray) -> None:
+    """Reject a 3x3 K that cannot be a pinhole camera, so back-projection never divides by zero."""
     if not np.isfinite(k).all():
         raise InvalidIntrinsics("intrinsics contain NaN or infinity")
     if k[0, 0] <= 0 or k[1, 1] <= 0:
@@ -98,5 +98,5 @@ def parse_intrinsics(value: str | bytes | Sequence[Any] | Mapping[str, Any] | np
     if flat.ndim > 2:
         raise InvalidIntrinsics(f"intrinsics have shape {flat.shape}, expected 3x3 or a flat list; {_HOW}")
     k = _to_matrix(flat.reshape(-1))
-    _validate(k)
+    check_intrinsics(k)
     return k.astype(np.float32)

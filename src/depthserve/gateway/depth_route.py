@@ -14,11 +14,20 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.codec import CodecError, ImageTooLarge, format_from_accept, image_size, parse_intrinsics
+from depthserve.codec import (
+    CodecError,
+    ImageTooLarge,
+    check_same_size,
+    depth_size,
+    format_from_accept,
+    image_size,
+    parse_intrinsics,
+)
 from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error, send_failure
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import Forwarder, clean_request_id
 from depthserve.gateway.metrics import MODEL_KEY
+from depthserve.gateway.request_cost import check_cost, size_error
 from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, build_request, read_encoded_result
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import REQUEST_ID
@@ -48,8 +57,10 @@ async def _form_parts(scope: Scope, reader: BodyReader, max_parts: int) -> dict[
     return parts
 
 
-def pixel_check(max_pixels: int) -> Callable[[bytes, bool], bool]:
-    """Refuse (413) an image whose header, read from the first bytes of the upload, claims too many pixels.
+def pixel_check(
+    settings: GatewaySettings, output_format: str, with_points: bool = False
+) -> Callable[[bytes, bool], bool]:
+    """Refuse an image whose header, read from the first bytes of the upload, sets too high a cost (4xx).
 
     Returns True once decided; an unreadable head is retried as more arrives, and at the end left to the worker.
     """
@@ -61,13 +72,18 @@ def pixel_check(max_pixels: int) -> Callable[[bytes, bool], bool]:
             raise GatewayError(413, "too_many_pixels", str(exc)) from None
         except CodecError:
             return final
-        if width * height > max_pixels:
-            raise GatewayError(
-                413, "too_many_pixels", f"image of {width}x{height} pixels exceeds the limit of {max_pixels} pixels"
-            )
+        check_cost(settings, width, height, output_format, with_points)
         return True
 
     return check
+
+
+def check_depth_part(image: bytes, depth: bytes) -> None:
+    """Refuse (4xx) a depth upload whose header size differs from the image's, before anyone decodes it."""
+    try:
+        check_same_size(depth_size(depth), image_size(image))
+    except CodecError as exc:
+        raise size_error(exc) from None
 
 
 def _resolution_level(query: Mapping[str, str]) -> int:
@@ -105,7 +121,7 @@ async def parse_depth_upload(
     level = _resolution_level(query)
     reader = BodyReader(receive, int(settings.max_body_mb * 1024 * 1024), scope.get("http_version") == "2", scope)
     if content_type != "multipart/form-data":
-        body = await reader.read(headers.get("content-length"), pixel_check(settings.max_pixels))
+        body = await reader.read(headers.get("content-length"), pixel_check(settings, output_format))
         if not body:
             raise GatewayError(400, "invalid_request", "empty request body; send an image")
         if output_format == "ply":
@@ -120,7 +136,6 @@ async def parse_depth_upload(
     image = parts.get("image")
     if not isinstance(image, bytes) or not image:
         raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'image'")
-    pixel_check(settings.max_pixels)(image, True)
     raw_depth = parts.get("depth")
     depth = (raw_depth if isinstance(raw_depth, bytes) else raw_depth.encode()) if raw_depth else None
     intrinsics = None
@@ -129,6 +144,9 @@ async def parse_depth_upload(
             intrinsics = parse_intrinsics(parts["intrinsics"])
         except CodecError as exc:
             raise GatewayError(400, "invalid_request", str(exc)) from None
+    pixel_check(settings, output_format, intrinsics is not None)(image, True)
+    if depth is not None:
+        check_depth_part(image, depth)
     if output_format == "ply" and intrinsics is None:
         raise GatewayError(400, "invalid_request", "format 'ply' needs camera intrinsics (multipart part 'intrinsics')")
     return DepthInputs(

@@ -29,7 +29,12 @@ from depthserve.settings import GatewaySettings
 
 RETRIABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED}
 SLOT_RECHECK_S = 0.25  # a request waiting for a backend slot looks again at least this often
-NOT_BACKEND_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
+NOT_BACKEND_FAULTS = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.OUT_OF_RANGE,  # a reply too large for a message: the request's fault, not the worker's
+}
 
 
 @dataclass

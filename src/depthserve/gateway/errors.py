@@ -41,14 +41,19 @@ _STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.UNAVAILABLE: (503, "backend_unavailable"),
     grpc.StatusCode.DEADLINE_EXCEEDED: (504, "deadline"),
     grpc.StatusCode.CANCELLED: (503, "backend_unavailable"),
+    grpc.StatusCode.OUT_OF_RANGE: (413, "reply_too_large"),  # a worker's reply would not fit a message
 }
+# gRPC's own words when a reply exceeds this gateway's receive limit (set below a worker's send limit).
+_RECEIVED_TOO_LARGE = "Received message larger than max"
 
 
 def from_rpc_error(error: grpc.aio.AioRpcError, backend: str) -> GatewayError:
     """Translate a failed gRPC call into the HTTP error the client gets."""
     status, reason = _STATUS.get(error.code(), (502, "backend_error"))
     details = error.details() or error.code().name
-    if status == 400 or status == 404:
+    if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith(_RECEIVED_TOO_LARGE):
+        status, reason = 413, "reply_too_large"  # not overload: the same reply is too large from any worker
+    if status in (400, 404, 413):
         return GatewayError(status, reason, details)
     retry_after = 1.0 if status == 503 else None
     return GatewayError(status, reason, f"backend {backend}: {details}", retry_after)
@@ -71,6 +76,8 @@ _CODES: dict[int, grpc.StatusCode] = {
 
 def grpc_status(error: GatewayError) -> grpc.StatusCode:
     """The gRPC status a gateway gRPC client gets for an error a REST client would get as `error.status`."""
+    if error.reason == "reply_too_large":  # RESOURCE_EXHAUSTED would read as "overloaded, retry"
+        return grpc.StatusCode.OUT_OF_RANGE
     if error.status in _CODES:
         return _CODES[error.status]
     return grpc.StatusCode.INVALID_ARGUMENT if 400 <= error.status < 500 else grpc.StatusCode.INTERNAL

@@ -24,6 +24,7 @@ from depthserve.gateway.oip_json import check_name
 from depthserve.gateway.oip_replies import config_from_metadata, message_to_json
 from depthserve.gateway.oip_stats import ModelStats
 from depthserve.gateway.pool import BackendPool
+from depthserve.gateway.request_cost import check_oip_cost
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.tracing import span
 
@@ -146,10 +147,16 @@ class OipService:
         check_model(model, version)
         started = time.perf_counter_ns()
         ok = False
+
+        async def checked() -> pb.ModelInferRequest:
+            request = await build()
+            check_oip_cost(request, self.settings)  # refuse what every worker would, before forwarding
+            return request
+
         try:
             with span("gateway.oip_request", request_id, model=model):
                 reply, backend = await self.forwarder.forward(
-                    model, headers, client, request_id, timeout_s, build, version
+                    model, headers, client, request_id, timeout_s, checked, version
                 )
             ok = True
             return reply, backend

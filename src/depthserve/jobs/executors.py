@@ -18,9 +18,7 @@ PERMANENT_HTTP = frozenset({400, 413, 415, 422})
 
 def worker_executor(servicer: InferenceServicer) -> Executor:
     """Run jobs through the worker's servicer: decode, batcher, model, encode, as ModelInfer does."""
-    import grpc
-
-    from depthserve.worker.errors import status_for
+    from depthserve.worker.errors import PERMANENT_CODES, status_for
 
     async def execute(payload: bytes, timeout_s: float) -> tuple[bytes, str]:
         try:
@@ -28,8 +26,8 @@ def worker_executor(servicer: InferenceServicer) -> Executor:
             return read_encoded_result(response)
         except Exception as exc:  # noqa: BLE001 - translated here, as ModelInfer translates at its boundary
             code, message = status_for(exc)
-            # Bad input fails for good; anything else (model not served here, overload, a crash) may pass elsewhere.
-            raise JobFailed(message, permanent=code == grpc.StatusCode.INVALID_ARGUMENT) from None
+            # Bad input or a reply too large fails for good; anything else (overload, a crash) may pass elsewhere.
+            raise JobFailed(message, permanent=code in PERMANENT_CODES) from None
 
     return execute
 

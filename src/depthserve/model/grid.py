@@ -20,6 +20,13 @@ def num_tokens_for(level: int, num_tokens_range: Sequence[int] = DEFAULT_NUM_TOK
     return int(low + level / MAX_LEVEL * (high - low))
 
 
+def check_num_tokens(num_tokens: int, num_tokens_range: Sequence[int] = DEFAULT_NUM_TOKENS_RANGE) -> None:
+    """Refuse a token budget outside the model's range: the ViT's cost grows with the square of the tokens."""
+    low, high = int(num_tokens_range[0]), int(num_tokens_range[1])
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not low <= num_tokens <= high:
+        raise ModelInputError(f"num_tokens must be between {low} and {high} (this model's range), got {num_tokens!r}")
+
+
 def token_grid(height: int, width: int, num_tokens: int) -> tuple[int, int]:
     """Return the (rows, cols) patch grid that spends `num_tokens` at the image's aspect ratio."""
     if height <= 0 or width <= 0:

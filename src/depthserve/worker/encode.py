@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.codec import OUTPUT_FORMATS, encode_npy, encode_ply, encode_png16_mm, encode_preview_png
+from depthserve.codec import (
+    OUTPUT_FORMATS,
+    check_encoded_reply,
+    encode_npy,
+    encode_ply,
+    encode_png16_mm,
+    encode_preview_png,
+)
 from depthserve.protocol.depth_api import build_encoded_response, build_raw_response
 from depthserve.worker.runners.base import Prepared
 
@@ -36,10 +43,22 @@ def encode_file(outputs: dict[str, np.ndarray], prepared: Prepared) -> tuple[byt
 
 
 def encode_response(
-    model: str, request_id: str, outputs: dict[str, np.ndarray], prepared: Prepared
+    model: str,
+    request_id: str,
+    outputs: dict[str, np.ndarray],
+    prepared: Prepared,
+    max_bytes: int | None = None,
 ) -> pb.ModelInferResponse:
-    """Build the gRPC reply: raw tensors for OIP clients, or one encoded file for REST clients."""
+    """Build the gRPC reply: raw tensors for OIP clients, or one encoded file for REST clients.
+
+    A reply over `max_bytes` (the largest message gRPC will send) raises ReplyTooLarge here, with a
+    clear message, rather than failing in gRPC as RESOURCE_EXHAUSTED, which reads as "overloaded".
+    """
     if prepared.inputs.output_format == "raw":
-        return build_raw_response(model, request_id, outputs)
-    data, content_type = encode_file(outputs, prepared)
-    return build_encoded_response(model, request_id, data, content_type)
+        response = build_raw_response(model, request_id, outputs)
+    else:
+        data, content_type = encode_file(outputs, prepared)
+        response = build_encoded_response(model, request_id, data, content_type)
+    if max_bytes is not None:
+        check_encoded_reply(response.ByteSize(), prepared.inputs.output_format, max_bytes)
+    return response

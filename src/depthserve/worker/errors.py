@@ -6,7 +6,7 @@ import logging
 
 import grpc
 
-from depthserve.codec import CodecError
+from depthserve.codec import CodecError, ReplyTooLarge
 from depthserve.protocol.tensors import TensorError
 from depthserve.worker.decode import BadRequest
 from depthserve.worker.device_queue import QueueFull
@@ -48,8 +48,18 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return code, message
 
 
+# Answers that no other worker could improve on: the gateway never retries them, a job never re-runs them.
+PERMANENT_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE})
+
+
 def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Unexpected exceptions are logged and reported as INTERNAL."""
+    """Unexpected exceptions are logged and reported as INTERNAL.
+
+    A reply too large to send is OUT_OF_RANGE, not RESOURCE_EXHAUSTED (gRPC's own code for an oversized
+    message), so the gateway answers 413 at once instead of "overloaded, retry" on another worker.
+    """
+    if isinstance(exc, ReplyTooLarge):
+        return grpc.StatusCode.OUT_OF_RANGE, str(exc)
     if isinstance(exc, CLIENT_ERRORS):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, (QueueFull, MemoryFull)):

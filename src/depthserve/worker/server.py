@@ -11,6 +11,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
+from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.discovery.worker_registration import Registration, hardware_summary, registration_for
@@ -32,6 +33,8 @@ from depthserve.worker.servicer import InferenceServicer, WorkerState
 log = logging.getLogger("depthserve.worker")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+# The OIP service's full name: health checkers (Kubernetes gRPC probes, grpc-health-probe) ask for it by name.
+OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
 def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
@@ -80,7 +83,14 @@ class Worker:
         self.server = grpc.aio.server(options=grpc_options(settings.max_message_mb))
         self.memory = MemoryGuard(self.reporter.probe, settings.memory_budget_fraction)
         servicer = InferenceServicer(
-            settings.name, self.runner, self.batcher, self.state, self.reporter, self.memory, version=settings.version
+            settings.name,
+            self.runner,
+            self.batcher,
+            self.state,
+            self.reporter,
+            self.memory,
+            version=settings.version,
+            max_reply_bytes=settings.max_message_mb * 1024 * 1024,
         )
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
         self.jobs = WorkerJobs(settings, servicer, self.batcher) if settings.broker else None
@@ -99,7 +109,8 @@ class Worker:
             self.port = self.server.add_insecure_port(address)
         else:
             self.port = self.server.add_secure_port(address, credentials)
-        await self.health.set("", NOT_SERVING)
+        for service in ("", OIP_SERVICE, self.settings.name):
+            await self.health.set(service, NOT_SERVING)
         await self.server.start()
         if self.metrics is not None:  # before loading, so a scrape shows the worker warming up
             log.info("metrics on http://%s:%d/metrics", self.settings.host, await self.metrics.start())
@@ -109,8 +120,8 @@ class Worker:
         self.reporter.probe = self.memory.probe = self.runner.probe(self.device)
         await warm_up(self.runner, self.settings.warmup_requests, self.settings.warmup_levels)
         self.state.ready = True
-        await self.health.set("", SERVING)
-        await self.health.set(self.settings.name, SERVING)
+        for service in ("", OIP_SERVICE, self.settings.name):
+            await self.health.set(service, SERVING)
         if self.jobs is not None:
             await self.jobs.start()  # pull jobs only once warm
         hardware = hardware_summary(self.settings, self.reporter.probe.sample().mem_total)

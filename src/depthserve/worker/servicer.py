@@ -6,8 +6,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -55,6 +57,14 @@ def _request_id(context: grpc.aio.ServicerContext) -> str:
     return ""
 
 
+def _config_tensors(specs: tuple[tuple[str, str, list[int]], ...], kind: type[Any]) -> list[Any]:
+    """The inputs or outputs of a Triton model config, from the same table as the metadata."""
+    return [
+        kind(name=n, data_type=mc.DataType.Value("TYPE_STRING" if d == "BYTES" else f"TYPE_{d}"), dims=s)
+        for n, d, s in specs
+    ]
+
+
 def _tensor_metadata(specs: tuple[tuple[str, str, list[int]], ...]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
     return [pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=d, shape=s) for n, d, s in specs]
 
@@ -71,7 +81,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         reporter: LoadReporter,
         memory: MemoryGuard,
         version: str = MODEL_VERSION,
+        max_reply_bytes: int | None = None,
     ) -> None:
+        self._max_reply_bytes = max_reply_bytes  # gRPC's send limit: a larger reply is refused, never sent
         self._memory = memory
         self._name = model_name
         self._version = version  # the version this worker registers and answers for
@@ -118,6 +130,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             inputs=_tensor_metadata(_INPUTS),
             outputs=_tensor_metadata(_OUTPUTS),
         )
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelConfigResponse:
+        """A minimal Triton config (name, platform, tensors; no batch dimension): the worker batches on its own."""
+        if not self._serves(request.name, request.version):
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"unknown model {request.name!r} version {request.version!r}"
+            )
+        config = mc.ModelConfig(
+            name=self._name,
+            platform=self._runner.platform,
+            max_batch_size=0,
+            input=_config_tensors(_INPUTS, mc.ModelInput),
+            output=_config_tensors(_OUTPUTS, mc.ModelOutput),
+        )
+        return pb.ModelConfigResponse(config=config)
 
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
@@ -169,6 +198,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             outputs = await self._batcher.run(prepared, deadline)
         finally:
             self._memory.release(need)
+        limit = self._max_reply_bytes
         if cheap_to_encode(prepared):
-            return encode_response(self._name, request.id, outputs, prepared)
-        return await asyncio.to_thread(encode_response, self._name, request.id, outputs, prepared)
+            return encode_response(self._name, request.id, outputs, prepared, limit)
+        return await asyncio.to_thread(encode_response, self._name, request.id, outputs, prepared, limit)

@@ -12,7 +12,7 @@ from depthserve.codec.intrinsics import to_pixel_intrinsics
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import AcceleratorProbe, AcceleratorSample, CachedProbe
-from depthserve.worker.decode import decode_inputs
+from depthserve.worker.decode import decode_inputs, input_limits
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.runners.base import Outputs, Prepared
 
@@ -67,13 +67,14 @@ class SyntheticRunner:
         self._settings = settings
         self.max_batch = settings.max_batch_size
         self._rng = random.Random(settings.seed)
+        self.limits = input_limits(settings)  # emulates vitl14, so the default token range
 
     def load(self) -> None:
         """Nothing to load; present so the worker treats every runner alike."""
 
     def prepare(self, inputs: DepthInputs) -> Prepared:
         """Read the image size (no pixel decode) and build outputs of that size."""
-        prepared = decode_inputs(inputs, self._settings.max_pixels, decode_pixels=False)
+        prepared = decode_inputs(inputs, self.limits, decode_pixels=False)
         depth = plausible_depth(prepared.height, prepared.width)
         prepared.outputs = {"depth": depth, "mask": _all_valid(prepared.height, prepared.width)}
         if prepared.intrinsics is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import AcceleratorProbe, probe_for
-from depthserve.worker.decode import decode_inputs
+from depthserve.worker.decode import decode_inputs, input_limits
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.runners.base import Outputs, Prepared
 
@@ -24,6 +24,7 @@ class TorchRunner:
         self._settings = settings
         self.max_batch = settings.max_batch_size
         self._model: Any = None
+        self.limits = input_limits(settings)  # the token range becomes the loaded model's own in load()
         self._device = "cpu"
         # One thread per batch allowed on the device at once (default one, so forwards never interleave);
         # torch parallelises inside each forward.
@@ -45,10 +46,12 @@ class TorchRunner:
         if source is None:
             raise ValueError("model vitl14 needs --checkpoint (model.pt, .safetensors or a HF repo id)")
         self._model = load_model(source, device=device)
+        low, high = self._model.num_tokens_range
+        self.limits = input_limits(self._settings, (int(low), int(high)))
 
     def prepare(self, inputs: DepthInputs) -> Prepared:
         """Decode image and depth to arrays (in a worker thread)."""
-        return decode_inputs(inputs, self._settings.max_pixels)
+        return decode_inputs(inputs, self.limits)
 
     async def compute_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
         """Run the forward pass for the whole batch in a device thread so the event loop keeps serving."""
