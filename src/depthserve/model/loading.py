@@ -13,6 +13,7 @@ from torch import Tensor
 
 from depthserve.model.checkpoint import download_checkpoint, read_checkpoint
 from depthserve.model.config import PRESETS, preset_config
+from depthserve.model.demo_heads import shape_demo_heads
 from depthserve.model.errors import CheckpointError
 from depthserve.model.network import LingBotDepth
 
@@ -49,9 +50,11 @@ def load_model(
     dtype: torch.dtype | None = None,
     strict: bool = True,
 ) -> LingBotDepth:
-    """Return an eval-mode network from a preset name (seed-0 weights), a checkpoint or an HF repo."""
+    """Return an eval-mode network from a preset name (seed-0 demo weights), a checkpoint or an HF repo."""
     if isinstance(path_or_preset, str) and path_or_preset in PRESETS:
-        return build_model(path_or_preset, device, dtype, seed=PRESET_SEED)
+        # Heads fitted on the CPU in float32, so every device and dtype gets the same demo weights.
+        model = shape_demo_heads(build_model(path_or_preset, "cpu", seed=PRESET_SEED))
+        return model.to(device=torch.device(device), dtype=dtype)
     path = Path(path_or_preset)
     if not path.exists():
         text = str(path_or_preset)
