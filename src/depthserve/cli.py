@@ -90,7 +90,7 @@ def worker(
     port: Annotated[int | None, typer.Option(help="gRPC port [50051]")] = None,
     model: Annotated[str | None, typer.Option(help="tiny | vitl14 | synthetic [tiny]")] = None,
     name: Annotated[str | None, typer.Option(help="model name served [lingbot-depth]")] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="model.pt / .safetensors / HF repo (vitl14)")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="vitl14: model.pt, .safetensors or downloaded repo")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:N] [auto]")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
     queue_limit: Annotated[int | None, typer.Option(help="requests waiting before refusal [64]")] = None,
@@ -136,6 +136,7 @@ def worker(
 ) -> None:
     """Run a model worker (OIP v2 gRPC server)."""
     flags = {k: v for k, v in locals().items() if k != "config"}
+    flags["checkpoint"] = _located_checkpoint(checkpoint)
     settings = load_settings(WorkerSettings, config, **flags)
     with _refusing_taken_ports():  # before the model loads
         check_free(settings.host, settings.port, "--port")
@@ -221,7 +222,7 @@ def gateway(
 def up(
     workers: Annotated[int, typer.Option(help="number of workers", min=1)] = 2,
     model: Annotated[str, typer.Option(help="tiny | vitl14 | synthetic")] = "tiny",
-    checkpoint: Annotated[str | None, typer.Option(help="checkpoint for vitl14")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="vitl14: model.pt, .safetensors or downloaded repo")] = None,
     port: Annotated[int, typer.Option(help="gateway HTTP port")] = 8000,
     policy: Annotated[str, typer.Option(help="load-balancing policy")] = "round_robin",
     threads: Annotated[int | None, typer.Option(help="torch threads per worker (default 1)")] = None,
@@ -248,6 +249,7 @@ def up(
         check_free("127.0.0.1", grpc_port, "--grpc-port")
     if grpc_port is not None:
         os.environ["DEPTHSERVE_GATEWAY_GRPC_PORT"] = str(grpc_port)
+    checkpoint = _located_checkpoint(checkpoint)
     cluster = LocalCluster(
         workers=workers, model=model, checkpoint=checkpoint, port=port, policy=policy, threads=threads
     )
@@ -307,6 +309,46 @@ def new_key_command(
     key, digest = new_key()
     typer.echo(f"key:  {key}")
     typer.echo(f"line: {name}:{digest}")
+
+
+weights_app = typer.Typer(help="Fetch published checkpoints into the local cache.", no_args_is_help=True)
+app.add_typer(weights_app, name="weights")
+
+
+@weights_app.command("download")
+def weights_download(
+    repo: Annotated[str | None, typer.Argument(help="Hugging Face repo, default the published one")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="checkpoint cache, default ~/.cache/depthserve")] = None,
+    endpoint: Annotated[str | None, typer.Option(help="hub to fetch from, default https://huggingface.co")] = None,
+) -> None:
+    """Download a repo's model.pt with a progress bar (resumes if cut off); print where it is."""
+    from depthserve.settings import WeightsSettings
+    from depthserve.weights.cache import WeightsError
+    from depthserve.weights.download import download_checkpoint
+
+    settings = load_settings(WeightsSettings, None, repo=repo, cache_dir=cache_dir, endpoint=endpoint)
+    try:
+        path = download_checkpoint(settings.repo, settings)
+    except WeightsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(str(path))
+    typer.echo(f"serve it with: --model vitl14 --checkpoint {settings.repo} (up or worker)", err=True)
+
+
+def _located_checkpoint(checkpoint: str | None) -> str | None:
+    """Resolve --checkpoint from the caller's directory (or the cache) now, and say which file it is."""
+    if checkpoint is None:
+        return None
+    from depthserve.model.errors import CheckpointError
+    from depthserve.weights.cache import locate_checkpoint
+
+    try:
+        located = locate_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoint") from None
+    typer.echo(f"checkpoint: {located}", err=True)
+    return str(located)
 
 
 def main() -> None:

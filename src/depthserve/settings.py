@@ -279,6 +279,21 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
         return value
 
 
+class WeightsSettings(BaseSettings):
+    """Where `depthserve weights download` fetches checkpoints from and where workers find them."""
+
+    model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_WEIGHTS_", extra="forbid")
+
+    repo: str = Field("robbyant/lingbot-depth-pretrain-vitl-14", description="Hugging Face repo of the checkpoint")
+    cache_dir: Path = Field(Path("~/.cache/depthserve"), description="downloaded checkpoints, one folder per repo")
+    endpoint: str = Field("https://huggingface.co", description="hub serving {repo}/resolve/main/{file}")
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
 

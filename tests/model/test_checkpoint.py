@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +102,44 @@ class _Exploit:
 
 def test_pickled_object_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path / "evil.pt", _fresh(), extra={"payload": _Exploit()})
-    with pytest.raises(CheckpointError, match="weights-only"):
+    with pytest.raises(CheckpointError, match="not only tensors"):
         load_model(path)
     assert "arbitrary code ran" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["truncated", "html page", "random bytes", "pickled object", "empty"])
+def test_unusable_files_name_the_absolute_path_and_never_advise_unsafe_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    good = _write(tmp_path / "good.pt", _fresh()).read_bytes()
+    contents = {
+        "truncated": good[: len(good) // 2],  # an interrupted download
+        "html page": b"<!DOCTYPE html><html><body>Not Found</body></html>",
+        "random bytes": bytes(range(256)) * 4,
+        "empty": b"",
+    }
+    if damage == "pickled object":
+        _write(tmp_path / "model.pt", _fresh(), extra={"payload": _Exploit()})
+    else:
+        (tmp_path / "model.pt").write_bytes(contents[damage])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        load_model("model.pt")
+    assert str(info.value).startswith(f"{tmp_path.resolve() / 'model.pt'}: ")
+    shown = "".join(traceback.format_exception(info.value))  # what a crash would print
+    assert "weights_only" not in shown and "arbitrary code" not in shown
+
+
+def test_a_missing_file_is_named_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match=re.escape(str(tmp_path.resolve() / "weights" / "model.pt"))):
+        load_model("weights/model.pt")
+
+
+def test_a_repo_id_not_downloaded_names_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPTHSERVE_WEIGHTS_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CheckpointError, match="depthserve weights download someone/lingbot-depth"):
+        load_model("someone/lingbot-depth")
 
 
 def test_remap_depth_out_defaults_to_exp_when_absent(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,21 +11,22 @@ import torch
 from torch import Tensor
 
 from depthserve.model.errors import CheckpointError
+from depthserve.model.load_errors import why_unreadable
 
 if TYPE_CHECKING:
     from depthserve.model.network import LingBotDepth
 
 TORCH_SUFFIXES = (".pt", ".pth")
 SAFETENSORS_SUFFIX = ".safetensors"
-HF_FILENAME = "model.pt"  # the file name the reference `from_pretrained` hard-codes
 
 Checkpoint = tuple[dict[str, Any], dict[str, Tensor]]
 
 
 def read_checkpoint(path: Path) -> Checkpoint:
     """Return (model_config, state_dict) from a .pt/.pth, .safetensors file or a folder of one."""
+    path = path.expanduser().resolve()  # errors name the file itself, wherever the caller stood
     if path.is_dir():
-        for name in (HF_FILENAME, "model.pth", "model.safetensors"):
+        for name in ("model.pt", "model.pth", "model.safetensors"):
             if (path / name).is_file():
                 return read_checkpoint(path / name)
         raise CheckpointError(f"{path}: folder holds no model.pt, model.pth or model.safetensors")
@@ -42,8 +42,9 @@ def _read_torch(path: Path) -> Checkpoint:
     try:
         # weights_only: the safe unpickler, which refuses arbitrary classes and callables.
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # any failure here means an unusable file
-        raise CheckpointError(f"{path}: cannot be read as a weights-only torch checkpoint: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure means an unusable file; no chain, so torch's
+        # advice to retry with weights_only=False (which can run code from the file) is never shown.
+        raise CheckpointError(f"{path}: cannot be loaded: {why_unreadable(path, exc)}") from None
     if not isinstance(payload, Mapping) or "model" not in payload or "model_config" not in payload:
         keys = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
         raise CheckpointError(f"{path}: expected a dict with 'model_config' and 'model', got {keys}")
@@ -94,18 +95,6 @@ def _as_state_dict(state: Any, path: Path) -> dict[str, Tensor]:
     if bad:
         raise CheckpointError(f"{path}: non-tensor entries in the state dict: {', '.join(bad)}")
     return {str(key): value for key, value in state.items()}
-
-
-def download_checkpoint(repo_id: str) -> Path:
-    """Fetch `model.pt` of a Hugging Face repo (needs the optional `huggingface_hub`)."""
-    try:
-        hub = importlib.import_module("huggingface_hub")
-    except ImportError as exc:
-        raise CheckpointError(f"{repo_id!r} is not a file or preset, and huggingface_hub is not installed") from exc
-    try:
-        return Path(hub.hf_hub_download(repo_id=repo_id, filename=HF_FILENAME))
-    except Exception as exc:  # network and hub errors all mean "not available"
-        raise CheckpointError(f"cannot download {HF_FILENAME} from {repo_id!r}: {exc}") from exc
 
 
 def save_checkpoint(model: LingBotDepth, path: Path) -> None:

@@ -11,11 +11,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from depthserve.model.checkpoint import download_checkpoint, read_checkpoint
+from depthserve.model.checkpoint import read_checkpoint
 from depthserve.model.config import PRESETS, preset_config
 from depthserve.model.demo_heads import shape_demo_heads
 from depthserve.model.errors import CheckpointError
 from depthserve.model.network import LingBotDepth
+from depthserve.weights.cache import cached_checkpoint, is_repo_id, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 PRESET_SEED = 0
@@ -50,19 +51,18 @@ def load_model(
     dtype: torch.dtype | None = None,
     strict: bool = True,
 ) -> LingBotDepth:
-    """Return an eval-mode network from a preset name (seed-0 demo weights), a checkpoint or an HF repo."""
+    """Return an eval-mode network from a preset (seed-0 demo weights), a checkpoint or a downloaded repo id."""
     if isinstance(path_or_preset, str) and path_or_preset in PRESETS:
         # Heads fitted on the CPU in float32, so every device and dtype gets the same demo weights.
         model = shape_demo_heads(build_model(path_or_preset, "cpu", seed=PRESET_SEED))
         return model.to(device=torch.device(device), dtype=dtype)
-    path = Path(path_or_preset)
+    text = str(path_or_preset)
+    path = Path(resolve_checkpoint(text))  # absolute, so every error says where it looked
     if not path.exists():
-        text = str(path_or_preset)
-        looks_like_file = path.suffix.lower() in (".pt", ".pth", ".safetensors")
-        if text.count("/") == 1 and not text.startswith((".", "/")) and not looks_like_file:
-            path = download_checkpoint(text)
+        if is_repo_id(text):
+            path = cached_checkpoint(text)
         else:
-            raise CheckpointError(f"{text!r} is neither a preset ({sorted(PRESETS)}) nor an existing file")
+            raise CheckpointError(f"{text!r} is neither a preset ({sorted(PRESETS)}) nor an existing file ({path})")
     config, state = read_checkpoint(path)
     model = _instantiate(config, path, on_meta=strict)
     diff = compare_state_dict(model, state)
