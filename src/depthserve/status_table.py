@@ -46,13 +46,13 @@ def _load_cells(backend: dict[str, Any]) -> list[str]:
     load = backend.get("load")
     if not load or backend.get("load_stale"):
         return ["?"] * 7  # no report, or too old to trust: unknown, not idle
-    mem = f"{load['gpu_mem_used'] / 2**30:.1f}/{load['gpu_mem_total'] / 2**30:.0f}G" if load["gpu_mem_total"] else "-"
+    mem = f"{load['mem_used'] / 2**30:.1f}/{load['mem_total'] / 2**30:.0f}G" if load.get("mem_total") else "-"
     return [
         f"{load['queue']}+{load['running']}",
         f"{load.get('batch_size', 0)}/{load['max_batch']}",  # last batch / capacity (older views lack the first)
         f"{load['gpu_util']:.0%}",
         mem,
-        f"{load['gpu_temp']:.0f}C" if load["gpu_temp"] else "-",
+        "-" if load.get("temp_c") is None else f"{load['temp_c']:.0f}C",  # None: no sensor (most CPUs)
         f"{load['capacity_rps']:.1f}" if load["capacity_rps"] else "-",
         f"{backend['load_age_s']:.1f}s",
     ]

@@ -66,8 +66,8 @@ def test_unknown_loads_count_as_worst_known_and_latency_as_median() -> None:
 def test_load_reads_treat_garbage_as_unknown() -> None:
     assert outstanding(None) is None
     assert outstanding(report(queue=3, running=2)) == 5
-    assert mem_fraction(LoadReport(gpu_mem_used=10, gpu_mem_total=0)) is None
-    assert mem_fraction(LoadReport(gpu_mem_used=1, gpu_mem_total=4)) == 0.25
+    assert mem_fraction(LoadReport(mem_used=10, mem_total=0)) is None
+    assert mem_fraction(LoadReport(mem_used=1, mem_total=4)) == 0.25
     assert latency_ms(BackendView("a", ewma_ms=5, peak_ewma_ms=math.nan)) == 5
     assert latency_ms(BackendView("a", ewma_ms=5, peak_ewma_ms=9)) == 9
     assert latency_ms(BackendView("a", ewma_ms=5, peak_ewma_ms=9), "ewma") == 5

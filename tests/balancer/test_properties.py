@@ -40,9 +40,9 @@ loads = st.none() | st.builds(
     running=st.integers(0, 16),
     max_batch=st.integers(1, 16),
     gpu_util=st.one_of(st.floats(0, 1), odd_floats),
-    gpu_mem_used=st.integers(0, 100),
-    gpu_mem_total=st.sampled_from([0, 50, 100]),
-    gpu_temp=st.one_of(st.floats(20, 110), odd_floats),
+    mem_used=st.integers(0, 100),
+    mem_total=st.sampled_from([0, 50, 100]),
+    temp_c=st.one_of(st.none(), st.floats(20, 110), odd_floats),
 )
 ids = st.one_of(
     st.sampled_from([f"w{i}" for i in range(8)] + ["10.0.0.1:50051", "[::1]:9000", "é"]), st.text(max_size=6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import subprocess
 from collections.abc import Iterator
@@ -195,7 +196,11 @@ def test_cluster_view_counts_requests_and_shows_load(cluster: dict[str, Any], rg
     assert backend["ewma_ms"] > 0 and backend["peak_ewma_ms"] >= backend["ewma_ms"] * 0.5
     load = backend["load"]
     assert backend["load_stale"] is False and load["max_batch"] == 1
-    assert load["capacity_rps"] > 0 and 0 < load["gpu_mem_used"] < load["gpu_mem_total"]  # CPU: RSS of physical
+    assert load["capacity_rps"] > 0 and 0 < load["mem_used"] < load["mem_total"]  # CPU: RSS of physical
+    # Named for what they hold: a CPU worker's memory is not "gpu" memory, and no sensor is not 0 degrees.
+    assert load["device"] == "cpu" and not any(key.startswith(("gpu_mem", "gpu_temp")) for key in load)
+    sensor = bool(glob.glob("/sys/class/thermal/thermal_zone*/temp"))
+    assert (load["temp_c"] is not None) == sensor
 
 
 def test_unsafe_request_id_is_replaced_not_forwarded(cluster: dict[str, Any], rgb_png: bytes) -> None:

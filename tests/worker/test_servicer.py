@@ -68,7 +68,8 @@ async def test_every_reply_carries_a_load_report(tiny_worker: Worker, rgb_png: b
         reply = await call
         report = from_metadata(await call.trailing_metadata())
     assert read_raw_outputs(reply)["depth"].shape == (48, 64)
-    assert report is not None and report.max_batch == 1 and report.gpu_mem_total > 0 and report.ts > 0
+    assert report is not None and report.max_batch == 1 and report.mem_total > 0 and report.ts > 0
+    assert report.device == "cpu"
 
 
 @pytest.mark.parametrize(

@@ -142,9 +142,9 @@ def gpu_util(load: LoadReport | None) -> float | None:
 
 def mem_fraction(load: LoadReport | None) -> float | None:
     """Fraction of accelerator memory in use, or None when unknown (no report or no total reported)."""
-    if load is None or load.gpu_mem_total <= 0:
+    if load is None or load.mem_total <= 0:
         return None
-    return _finite(load.gpu_mem_used / load.gpu_mem_total)
+    return _finite(load.mem_used / load.mem_total)
 
 
 def latency_ms(backend: BackendView, metric: str = "peak_ewma") -> float:
@@ -184,7 +184,8 @@ def overloaded(load: LoadReport | None, max_temp_c: float, max_mem_fraction: flo
     if load is None:
         return False
     memory = mem_fraction(load)
-    return load.gpu_temp > max_temp_c or (memory is not None and memory > max_mem_fraction)
+    too_hot = load.temp_c is not None and load.temp_c > max_temp_c
+    return too_hot or (memory is not None and memory > max_mem_fraction)
 
 
 def exclude_overloaded(

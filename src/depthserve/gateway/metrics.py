@@ -170,8 +170,8 @@ class GatewayCollector(Collector):
             if load is not None:  # a stale report is unknown, not idle: export nothing
                 queue.add_metric([address], load.queue)
                 util.add_metric([address], load.gpu_util)
-                mem_used.add_metric([address], load.gpu_mem_used)
-                mem_total.add_metric([address], load.gpu_mem_total)
+                mem_used.add_metric([address], load.mem_used)
+                mem_total.add_metric([address], load.mem_total)
             if backend.load is not None:
                 age.add_metric([address], now - backend.load_at)
         yield from (

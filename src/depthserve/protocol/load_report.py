@@ -18,34 +18,47 @@ class LoadReport:
     max_batch: int = 1
     batch_size: int = 0  # items in the most recent batch (running or last run); 0 = none yet
     gpu_util: float = 0.0
-    gpu_mem_used: int = 0
-    gpu_mem_total: int = 0
-    gpu_temp: float = 0.0  # degrees C; 0.0 = unknown
+    # What the memory and temperature describe: "cuda" (NVML), "cpu" (the process's resident memory
+    # of physical memory, the hottest thermal zone) or "synthetic" (emulated); "" = unknown.
+    device: str = ""
+    mem_used: int = 0  # bytes
+    mem_total: int = 0  # bytes; 0 = unknown
+    temp_c: float | None = None  # degrees C; None = no sensor
     capacity_rps: float = 0.0  # requests the worker completes per busy second, measured; 0.0 = unknown
     ts: float = 0.0  # the worker's wall clock when it wrote the report
 
     def encode(self) -> str:
-        """Render as `key=value,...` text, cheap to write and to parse on every reply."""
-        return ",".join(f"{key}={_fmt(value)}" for key, value in asdict(self).items())
+        """Render as `key=value,...` text, cheap to write and to parse on every reply; unknowns are left out."""
+        return ",".join(f"{key}={_fmt(value)}" for key, value in asdict(self).items() if value not in (None, ""))
 
     @classmethod
     def decode(cls, text: str) -> LoadReport:
         """Parse `key=value,...` text, ignoring unknown keys so newer workers stay readable."""
         types = {f.name: f.type for f in fields(cls)}
-        values: dict[str, float | int] = {}
+        values: dict[str, float | int | str] = {}
         for item in text.split(","):
             key, _, raw = item.partition("=")
+            if key in _RENAMED:  # a worker from before the rename; its 0 degrees meant "unknown"
+                key = _RENAMED[key]
+                if key == "temp_c" and raw in ("0", "0.0"):
+                    continue
             kind = types.get(key)
             if kind is None or not raw:
                 continue
             try:
-                values[key] = int(raw) if kind == "int" else float(raw)
+                values[key] = int(raw) if kind == "int" else raw if kind == "str" else float(raw)
             except ValueError:
                 continue
         return cls(**values)  # type: ignore[arg-type]
 
 
-def _fmt(value: float) -> str:
+# Names the fields had when CPU workers reported their memory as `gpu_mem_*` and no sensor as 0 degrees.
+_RENAMED = {"gpu_mem_used": "mem_used", "gpu_mem_total": "mem_total", "gpu_temp": "temp_c"}
+
+
+def _fmt(value: float | str) -> str:
+    if isinstance(value, str):
+        return value.replace(",", "").replace("=", "")  # a device name cannot break the format
     return str(value) if isinstance(value, int) else f"{value:.4f}".rstrip("0").rstrip(".")
 
 

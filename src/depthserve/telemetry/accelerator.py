@@ -24,7 +24,8 @@ class AcceleratorSample:
     util: float | None
     mem_used: int
     mem_total: int
-    temp_c: float  # 0.0 = unknown
+    temp_c: float | None  # None = no sensor
+    device: str = ""  # what was read: "cuda", "cpu" or "synthetic"
 
 
 class AcceleratorProbe(Protocol):
@@ -48,7 +49,7 @@ class CachedProbe:
         self._interval_s = interval_s
         self._clock = clock
         self._at = float("-inf")
-        self._last = AcceleratorSample(None, 0, 0, 0.0)
+        self._last = AcceleratorSample(None, 0, 0, None)
         self._failing = False
 
     def sample(self) -> AcceleratorSample:
@@ -73,7 +74,8 @@ class CachedProbe:
         return self._last
 
 
-def _cpu_temperature() -> float:
+def _cpu_temperature() -> float | None:
+    """The hottest thermal zone, or None where there is none (most containers and VMs)."""
     readings = []
     for path in glob.glob("/sys/class/thermal/thermal_zone*/temp"):
         try:
@@ -81,7 +83,7 @@ def _cpu_temperature() -> float:
                 readings.append(int(f.read().strip()) / 1000.0)
         except (OSError, ValueError):
             continue
-    return max(readings, default=0.0)
+    return max(readings, default=None)
 
 
 def read_process() -> AcceleratorSample:
@@ -89,7 +91,7 @@ def read_process() -> AcceleratorSample:
     with open("/proc/self/statm") as statm:
         rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return AcceleratorSample(None, rss, total, _cpu_temperature())
+    return AcceleratorSample(None, rss, total, _cpu_temperature(), device="cpu")
 
 
 class NvmlReader:
@@ -107,7 +109,7 @@ class NvmlReader:
         util = nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu / 100.0
         memory = nvml.nvmlDeviceGetMemoryInfo(self._handle)
         temp = float(nvml.nvmlDeviceGetTemperature(self._handle, nvml.NVML_TEMPERATURE_GPU))
-        return AcceleratorSample(util, int(memory.used), int(memory.total), temp)
+        return AcceleratorSample(util, int(memory.used), int(memory.total), temp, device="cuda")
 
 
 def probe_for(device: str) -> AcceleratorProbe:

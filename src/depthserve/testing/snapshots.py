@@ -20,9 +20,10 @@ def report(
         running=running,
         max_batch=max_batch,
         gpu_util=util,
-        gpu_mem_used=int(mem * GPU_MEMORY),
-        gpu_mem_total=GPU_MEMORY,
-        gpu_temp=temp,
+        device="cuda",
+        mem_used=int(mem * GPU_MEMORY),
+        mem_total=GPU_MEMORY,
+        temp_c=temp,
     )
 
 

@@ -28,9 +28,10 @@ class LoadReporter:
             max_batch=batcher.max_batch,
             batch_size=batcher.last_batch_size,
             gpu_util=device.utilisation() if sample.util is None else sample.util,
-            gpu_mem_used=sample.mem_used,
-            gpu_mem_total=sample.mem_total,
-            gpu_temp=sample.temp_c,
+            device=sample.device,
+            mem_used=sample.mem_used,
+            mem_total=sample.mem_total,
+            temp_c=sample.temp_c,
             capacity_rps=device.capacity_rps(),
             ts=time.time(),
         )

@@ -7,6 +7,7 @@ the gateway receives in trailing metadata.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -98,15 +99,17 @@ class WorkerCollector(Collector):
         yield GaugeMetricFamily(
             "depthserve_worker_gpu_memory_used_bytes",
             "Accelerator memory used (process RSS on a CPU).",
-            load.gpu_mem_used,
+            load.mem_used,
         )
         yield GaugeMetricFamily(
             "depthserve_worker_gpu_memory_total_bytes",
             "Accelerator memory (physical memory on a CPU).",
-            load.gpu_mem_total,
+            load.mem_total,
         )
         yield GaugeMetricFamily(
-            "depthserve_worker_gpu_temperature_celsius", "Accelerator temperature (0 = unknown).", load.gpu_temp
+            "depthserve_worker_gpu_temperature_celsius",
+            "Accelerator temperature (hottest thermal zone on a CPU; NaN = no sensor).",
+            math.nan if load.temp_c is None else load.temp_c,
         )
         yield GaugeMetricFamily(
             "depthserve_worker_capacity_requests_per_second",

@@ -29,7 +29,7 @@ class Score:
     `gpu_util`, `gpu_mem` (used/total). Latency is scaled by the backlog because on mixed hardware a fast
     backend with a short queue still beats an idle slow one, and a busy fast one should not look idle.
     Each is normalised across the candidates, so 0 is the best candidate and 1 the worst. A backend whose
-    report shows gpu_temp > max_temp_c or memory fraction > max_mem_fraction is left out, unless every backend
+    report shows temp_c > max_temp_c or memory fraction > max_mem_fraction is left out, unless every backend
     is (panic mode: serve from all rather than refuse). One above hot_util utilisation is de-weighted: it gets
     hot_penalty x (sum of component weights) added, i.e. it must beat the others by that share of the range.
     An unknown report (None) counts as the worst known value of each report-based component and loses ties,

@@ -95,6 +95,6 @@ class SyntheticRunner:
         def read() -> AcceleratorSample:
             util = queue.utilisation()
             used = int(total * (0.2 + 0.05 * min(queue.running, 10)))
-            return AcceleratorSample(None, used, total, 35.0 + 45.0 * util)
+            return AcceleratorSample(None, used, total, 35.0 + 45.0 * util, device="synthetic")
 
         return CachedProbe(read, interval_s=0.1)
