@@ -6,8 +6,11 @@ Each drill reports sent / accepted / succeeded / failed / lost / stored twice / 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
-from collections.abc import Callable
+import os
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import numpy as np
 import pytest
 from tests.conftest import require_service
 
+from depthserve.jobs.model import JobState
 from depthserve.jobs.redis_store import RedisJobStore
+from depthserve.probes import free_port
 from depthserve.testing.jobs import (
     AMQP_URL,
     BROKER_URLS,
@@ -39,14 +44,20 @@ def sizes(count: int) -> list[tuple[int, int]]:
     return [(8 + i // 25, 8 + i % 25) for i in range(count)]
 
 
-async def drill(url: str, namespace: str, count: int, fault: Callable[[], None], fault_after: int) -> dict[str, Any]:
+Fault = Callable[[list[str]], Awaitable[None] | None]
+"""Given the ids of the jobs accepted so far, break something (synchronously or not)."""
+
+
+async def drill(url: str, namespace: str, count: int, fault: Fault, fault_after: int) -> dict[str, Any]:
     """Submit `count` jobs, inject `fault` once `fault_after` are accepted and some finished, then count outcomes."""
     shapes = sizes(count)
     bodies = [png_bytes(seeded_image(h, w, seed=i)) for i, (h, w) in enumerate(shapes)]
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         first = await submit_all(client, bodies[:fault_after])
         await wait_final(client, [job_id for job_id in first[:5] if job_id], timeout_s=30)
-        fault()
+        broken = fault([job_id for job_id in first if job_id])
+        if inspect.isawaitable(broken):
+            await broken
         rest = await submit_all(client, bodies[fault_after:])
         ids = first + rest
         accepted = [job_id for job_id in ids if job_id]
@@ -83,6 +94,27 @@ def stop_all(procs: list[Proc]) -> None:
         proc.stop()
 
 
+async def kill_holding_a_running_job(worker: Proc, namespace: str, ids: list[str], tries: int = 200) -> list[str]:
+    """SIGKILL `worker`, the only one pulling jobs so far, at a moment it provably runs some; give their ids.
+
+    Each try freezes it (SIGSTOP) and reads the store: a job `running` then is one it started and can no
+    longer finish, so the kill leaves an attempt that must run again. Otherwise it resumes for a moment.
+    """
+    store = RedisJobStore(REDIS_URL, namespace, 60)
+    try:
+        for _ in range(tries):
+            os.kill(worker.pid, signal.SIGSTOP)
+            running = [job_id for job_id in ids if (await store.get(job_id)).state == JobState.RUNNING]
+            if running:
+                worker.kill()
+                return running
+            os.kill(worker.pid, signal.SIGCONT)
+            await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+    raise AssertionError(f"the worker never held a running job in {tries} looks")
+
+
 @pytest.mark.parametrize("broker", ["redis", "amqp"])
 def test_500_jobs_survive_a_worker_killed_mid_job(tmp_path: Path, broker: str) -> None:
     require_service(*SERVICES[broker])
@@ -95,23 +127,41 @@ def test_500_jobs_survive_a_worker_killed_mid_job(tmp_path: Path, broker: str) -
         *("--job-visibility-timeout-s", "2"),
     ]
     procs: list[Proc] = []
+    held: list[str] = []
+    survivor_port = free_port()
     try:
+        # The victim pulls alone until it dies, so every running job is its own; the survivor starts then.
         victim, victim_address = start_worker(tmp_path, *flags, "--synthetic-ms", "20", name="victim")
         procs.append(victim)
-        # Both slow enough that a backlog remains when the victim dies: it always holds jobs then.
-        survivor, survivor_address = start_worker(tmp_path, *flags, "--synthetic-ms", "10", name="survivor")
-        procs.append(survivor)
-        gateway, url = start_gateway(tmp_path, [victim_address, survivor_address], *flags)
+        gateway, url = start_gateway(tmp_path, [victim_address, f"127.0.0.1:{survivor_port}"], *flags)
         procs.append(gateway)
-        counts = asyncio.run(drill(url, namespace, JOBS, victim.kill, fault_after=JOBS // 2))
-        assert not victim.alive() and survivor.alive()
+
+        async def kill_victim_mid_job(accepted: list[str]) -> None:
+            held.extend(await kill_holding_a_running_job(victim, namespace, accepted))
+            # Started on this (the main) thread, not a pool thread: its parent-death signal follows the thread.
+            survivor, _ = start_worker(tmp_path, *flags, "--synthetic-ms", "10", port=survivor_port, name="survivor")
+            procs.append(survivor)
+
+        counts = asyncio.run(drill(url, namespace, JOBS, kill_victim_mid_job, fault_after=JOBS // 2))
+        assert not victim.alive() and procs[-1].alive()
+        attempts = asyncio.run(attempts_of(namespace, held))
     finally:
         stop_all(procs)
         asyncio.run(clean_up(BROKER_URLS[broker], namespace))
     assert counts["accepted"] == counts["sent"] == JOBS
     assert counts["succeeded"] == JOBS and counts["lost"] == 0 and counts["wrong_result"] == 0
     assert counts["stored_once"] == JOBS and counts["stored_twice"] == 0
-    assert counts["delivered_again"] >= 1  # the killed worker held jobs, and they ran again elsewhere
+    assert held and all(count >= 2 for count in attempts)  # what the victim ran when killed ran again elsewhere
+    assert counts["delivered_again"] >= len(held)
+
+
+async def attempts_of(namespace: str, ids: list[str]) -> list[int]:
+    """How many attempts each job took, from the job store."""
+    store = RedisJobStore(REDIS_URL, namespace, 60)
+    try:
+        return [(await store.get(job_id)).attempts for job_id in ids]
+    finally:
+        await store.close()
 
 
 def test_rabbitmq_connection_cut_loses_no_accepted_job(tmp_path: Path) -> None:
@@ -123,7 +173,7 @@ def test_rabbitmq_connection_cut_loses_no_accepted_job(tmp_path: Path) -> None:
     flags = ["--broker", via_proxy, "--job-store", REDIS_URL, "--job-namespace", namespace]
     procs: list[Proc] = []
 
-    def cut_for_a_while() -> None:
+    def cut_for_a_while(_accepted: list[str]) -> None:
         proxy.cut()  # every client's connection drops mid-run: publishers and consumers alike
         threading_timer(1.5, proxy.restore)
 
