@@ -11,11 +11,16 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
+from depthserve.parent_death import PARENT_PID_ENV
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 
 
 class Proc:
-    """A depthserve child process with its log, stopped by `stop()` or the context manager."""
+    """A depthserve child process with its log, stopped by `stop()` or the context manager.
+
+    It ends when the thread that started it ends (Linux's parent-death signal follows the thread), so
+    start it from a thread that outlives it, such as the test's own, not from a short-lived pool thread.
+    """
 
     def __init__(
         self, args: Sequence[str], log: Path, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
@@ -29,7 +34,8 @@ class Proc:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
+                # The child arms its parent-death signal itself, at start-up: a killed test run leaves no worker.
+                env={**os.environ, PARENT_PID_ENV: str(os.getpid()), **(env or {})},
                 start_new_session=True,
             )
 
