@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,10 @@ def checkpoint_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 @pytest.fixture()
-def hub(checkpoint_bytes: bytes) -> FakeHub:
+def hub(checkpoint_bytes: bytes) -> Iterator[FakeHub]:
+    """The stand-in hub serving one repo's model.pt."""
     with fake_hub({(REPO, "model.pt"): checkpoint_bytes}) as served:
-        yield served  # type: ignore[misc]
+        yield served
 
 
 def download(hub: FakeHub, cache: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
