@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,8 @@ import pytest
 from PIL import Image
 
 from depthserve.probes import free_port
+from depthserve.settings import WeightsSettings
+from depthserve.testing.hub import fake_hub
 from depthserve.testing.processes import descendants, pid_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -54,6 +57,9 @@ SKIPPED = {
     "depthserve worker --host 0.0.0.0 --model vitl14 --checkpoint model.pt --discovery redis://redis-host:6379 "
     "--advertise gpu-a:50051": "a GPU machine with the published weights, and a host redis-host",
     "depthserve gateway --host 0.0.0.0 --port 8000 --discovery redis://redis-host:6379": "a host redis-host",
+    "scripts/up --model vitl14 --checkpoint robbyant/lingbot-depth-pretrain-vitl-14": (
+        "the published weights, and port 8000 is the README's tiny cluster (the download runs, from a stand-in hub)"
+    ),
     "curl -s localhost:8000/v1/jobs/ID": "ID stands for the id the submission printed",
     "curl -s localhost:8000/v1/jobs/ID/result -o depth.npy": "ID stands for the id the submission printed",
     "curl -s -X DELETE localhost:8000/v1/jobs/ID": "ID stands for the id the submission printed",
@@ -220,7 +226,15 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return clone
 
 
-def test_every_readme_command_runs_verbatim(checkout: Path, tmp_path: Path) -> None:
+@pytest.fixture()
+def weights_hub(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A stand-in for the Hugging Face hub serving the published repo's model.pt; the environment pointing at it."""
+    repo = WeightsSettings.model_fields["repo"].default
+    with fake_hub({(repo, "model.pt"): bytes(range(256)) * 8192}) as hub:
+        yield {"DEPTHSERVE_WEIGHTS_ENDPOINT": hub.url, "DEPTHSERVE_WEIGHTS_CACHE_DIR": str(tmp_path / "weights")}
+
+
+def test_every_readme_command_runs_verbatim(checkout: Path, tmp_path: Path, weights_hub: dict[str, str]) -> None:
     examples = readme_examples((ROOT / "README.md").read_text())
     keys = [words(code) for language, code in examples if language == "bash"]
     assert not set(SKIPPED) - set(keys), f"SKIPPED names commands the README no longer has: {set(SKIPPED) - set(keys)}"
@@ -230,7 +244,7 @@ def test_every_readme_command_runs_verbatim(checkout: Path, tmp_path: Path) -> N
         if REQUIRE:
             pytest.fail(message)
         pytest.skip(message)
-    env = newcomer_env()
+    env = {**newcomer_env(), **weights_hub}
     up_line = next(code for language, code in examples if language == "bash" and words(code) == UP)
     stderr_log = tmp_path / "up.stderr"
     up = start_up(up_line, checkout, env, stderr_log)
