@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -16,19 +15,13 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from depthserve.cluster_logs import KEEP, new_log_dir
+from depthserve.parent_death import PARENT_PID_ENV
 from depthserve.probes import free_port, grpc_serving, http_ready
 from depthserve.ready_banner import print_banner
 
 console = Console(stderr=True)
-PR_SET_PDEATHSIG = 1
 RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
 RESTART_RESET_S = 60.0  # a worker that ran this long starts its backoff afresh
-
-
-def _die_with_parent() -> None:  # runs in the child before exec
-    os.setsid()
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -79,7 +72,8 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                start_new_session=True,
+                env={**os.environ, PARENT_PID_ENV: str(os.getpid())},  # the child ends with us (parent_death.py)
             )
 
     def _spawn(self, name: str, args: list[str]) -> Child:
