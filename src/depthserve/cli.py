@@ -277,11 +277,15 @@ def status(
     url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
     watch: Annotated[bool, typer.Option("--watch", help="refresh live, with QPS and p99, until Ctrl-C")] = False,
     interval: Annotated[float, typer.Option(help="--watch refresh interval, s", min=0.2)] = 2.0,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="DEPTHSERVE_API_KEY", help="API or admin key, when the gateway has protect_observability"),
+    ] = None,
 ) -> None:
     """Show the gateway's backends as a table (once, or live with --watch)."""
     from depthserve.status_view import show_status, watch_status
 
-    raise typer.Exit(watch_status(url, interval) if watch else show_status(url))
+    raise typer.Exit(watch_status(url, interval, api_key) if watch else show_status(url, api_key))
 
 
 @app.command()

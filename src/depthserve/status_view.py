@@ -46,13 +46,19 @@ def history_text(history: dict[str, Any]) -> Text:
     return text
 
 
-def watch_status(url: str, interval_s: float = 2.0) -> int:
+def key_headers(key: str | None) -> dict[str, str]:
+    """The Authorization header for a key, if one is given."""
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def watch_status(url: str, interval_s: float = 2.0, api_key: str | None = None) -> int:
     """Redraw the cluster table with QPS and p99 sparklines every `interval_s` until Ctrl-C; return an exit code."""
     base = url.rstrip("/")
     console = _console()
     window = max(1, round(interval_s))
     try:
-        with httpx.Client(timeout=5.0) as client, Live(console=console, auto_refresh=False) as live:
+        client = httpx.Client(timeout=5.0, headers=key_headers(api_key))
+        with client, Live(console=console, auto_refresh=False) as live:
             while True:
                 try:
                     cluster = client.get(f"{base}/v1/cluster").raise_for_status().json()
@@ -67,11 +73,11 @@ def watch_status(url: str, interval_s: float = 2.0) -> int:
         return 0
 
 
-def show_status(url: str) -> int:
-    """Fetch /v1/cluster and print it; return an exit code."""
+def show_status(url: str, api_key: str | None = None) -> int:
+    """Fetch /v1/cluster (with a key, when the gateway protects it) and print it; return an exit code."""
     console = _console()
     try:
-        reply = httpx.get(f"{url.rstrip('/')}/v1/cluster", timeout=5.0)
+        reply = httpx.get(f"{url.rstrip('/')}/v1/cluster", headers=key_headers(api_key), timeout=5.0)
         reply.raise_for_status()
     except httpx.HTTPError as exc:
         console.print(f"[red]cannot read {url}/v1/cluster: {exc}[/red]")
@@ -84,9 +90,10 @@ def set_drain(url: str, backend: str, drained: bool, admin_key: str | None = Non
     """Ask the gateway to drain or undrain a backend (with an admin key, if given); print its new state."""
     console = Console()
     action = "drain" if drained else "undrain"
-    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
     try:
-        reply = httpx.post(f"{url.rstrip('/')}/v1/cluster/{backend}/{action}", headers=headers, timeout=5.0)
+        reply = httpx.post(
+            f"{url.rstrip('/')}/v1/cluster/{backend}/{action}", headers=key_headers(admin_key), timeout=5.0
+        )
     except httpx.HTTPError as exc:
         console.print(f"[red]cannot reach {url}: {exc}[/red]")
         return 1

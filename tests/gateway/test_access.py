@@ -146,6 +146,11 @@ def test_admin_keys_guard_drain_and_protect_observability_takes_any_key(tmp_path
             codes = [httpx.get(f"{url}{path}", headers=key, timeout=10).status_code for key in ({}, ALICE, ADMIN)]
             assert codes == [401, 200, 200], path
         assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+        status = [sys.executable, "-m", "depthserve", "status", "--url", url]
+        refused = subprocess.run(status, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "401" in refused.stdout
+        shown = subprocess.run([*status, "--api-key", "secret-a"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and worker in shown.stdout, shown.stdout
     finally:
         if gateway is not None:
             gateway.stop()
