@@ -6,11 +6,11 @@ from dataclasses import asdict
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
-from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.gateway.backend_health import BackendHealth
 from depthserve.gateway.backend_spec import BackendSpec
 from depthserve.gateway.backend_stats import BackendStats
+from depthserve.protocol.infer_wire import inference_stub
 from depthserve.protocol.load_report import LoadReport
 from depthserve.telemetry.tracing import client_interceptors
 
@@ -47,7 +47,7 @@ class Backend:
             self.channel = grpc.aio.secure_channel(
                 spec.address, credentials, options=options, interceptors=interceptors
             )
-        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        self.stub = inference_stub(self.channel)  # ModelInfer also sends pre-serialized WireRequests as they are
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
         self.health = BackendHealth()
         self.stats = stats

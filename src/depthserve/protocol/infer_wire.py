@@ -1,0 +1,111 @@
+"""ModelInferRequests built straight in their wire form, so a large upload is copied once on its way to a worker.
+
+Filling `raw_input_contents` and then serializing copies every tensor twice more (protobuf keeps
+its own copy, serialization makes another). Protobuf lets a message's fields come in any order, so
+the small part (names, shapes, parameters) is serialized alone and each raw input is appended as a
+length-delimited field: one `b"".join` of the pieces as they were received. The gRPC stub's
+serializer passes such requests through and serializes ordinary messages as before.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from depthserve.protocol.depth_api import DepthInputs, build_request
+
+Piece = bytes | memoryview  # part of a raw input as received (a body chunk, or a slice of one)
+_RAW_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+_RAW_TAG = bytes([_RAW_FIELD << 3 | 2])  # field number, wire type 2 (length-delimited); one byte for field 7
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """A serialized ModelInferRequest with the names the dispatcher and logs may read; sent as is."""
+
+    wire: bytes
+    model_name: str
+    model_version: str
+    id: str
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name the stub's serializer calls
+        """The wire bytes, unchanged."""
+        return self.wire
+
+    def ByteSize(self) -> int:  # noqa: N802 - as protobuf names it
+        """Size of the wire bytes."""
+        return len(self.wire)
+
+
+class Serializable(Protocol):
+    """A protobuf message or a WireRequest."""
+
+    def SerializeToString(self) -> bytes: ...  # noqa: N802, D102
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def join_request(header: pb.ModelInferRequest, raws: Sequence[Sequence[Piece]]) -> WireRequest:
+    """Serialize `header` (which must hold no raw contents) followed by one raw input per entry of `raws`.
+
+    Each entry is the pieces of one raw input, in the order of `header.inputs`; they are copied once.
+    """
+    if header.raw_input_contents:
+        raise ValueError("the header must not hold raw_input_contents; pass them as raws")
+    pieces: list[Piece] = [header.SerializeToString()]
+    for raw in raws:
+        pieces.append(_RAW_TAG + _varint(sum(len(piece) for piece in raw)))
+        pieces.extend(raw)
+    return WireRequest(b"".join(pieces), header.model_name, header.model_version, header.id)
+
+
+def bytes_element(pieces: Sequence[Piece]) -> list[Piece]:
+    """One BYTES tensor element (its 4-byte little-endian length, then the bytes), still in pieces."""
+    return [struct.pack("<I", sum(len(piece) for piece in pieces)), *pieces]
+
+
+def depth_request_wire(
+    model: str, inputs: DepthInputs, request_id: str, files: Mapping[str, Sequence[Piece]]
+) -> WireRequest:
+    """The depth request `build_request` makes, with the files named in `files` (image, depth) taken from pieces.
+
+    `inputs` holds empty placeholders (b"") for those files, so the header says what build_request says.
+    """
+    header = build_request(model, inputs, request_id=request_id)
+    raws: list[Sequence[Piece]] = [[raw] for raw in header.raw_input_contents]
+    del header.raw_input_contents[:]
+    for index, tensor in enumerate(header.inputs):
+        if tensor.name in files:
+            raws[index] = bytes_element(files[tensor.name])
+    return join_request(header, raws)
+
+
+def serialize_request(request: Serializable) -> bytes:
+    """The stub's request serializer: a WireRequest as is, any protobuf message serialized."""
+    return request.SerializeToString()
+
+
+def inference_stub(channel: grpc.aio.Channel) -> pb_grpc.GRPCInferenceServiceStub:
+    """The OIP stub for `channel`, whose ModelInfer also takes WireRequests."""
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)
+    stub.ModelInfer = channel.unary_unary(
+        INFER_METHOD,
+        request_serializer=serialize_request,
+        response_deserializer=pb.ModelInferResponse.FromString,
+        _registered_method=True,
+    )
+    return stub
