@@ -246,6 +246,22 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
         None, description="admin keys (api_keys_file's format) for drain/undrain; without any, loopback only"
     )
     upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
+    client_uploads: int = Field(32, ge=1, description="request bodies one client may be sending at once (429 beyond)")
+    client_request_memory_mb: float = Field(
+        256.0, gt=0, description="request body bytes one client may have in the gateway at once, MiB (429 beyond)"
+    )
+    max_request_memory_mb: float | None = Field(
+        None, gt=0, description="request body bytes held at once, all clients, MiB (503 beyond) [1/8 of memory]"
+    )
+    connection_reply_memory_mb: float = Field(
+        64.0, gt=0, description="unread reply bytes one connection may hold, MiB (new requests on it get 503 beyond)"
+    )
+    max_reply_memory_mb: float | None = Field(
+        None, gt=0, description="unread reply bytes held at once, all connections, MiB (503 beyond) [1/8 of memory]"
+    )
+    reply_write_timeout_s: float = Field(
+        30.0, gt=0, description="a reply the client reads none of for this long is abandoned and its memory freed"
+    )
     max_pixels: int = Field(40_000_000, ge=1, description="largest image accepted (read from its header), pixels")
     max_aspect_ratio: float = Field(
         16.0, ge=1, description="widest image accepted, long side over short side (read from its header)"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from depthserve.gateway.admission import PRIORITIES, AdmissionController
 from depthserve.gateway.api_keys import ENV_VAR, ApiKeys
+from depthserve.gateway.buffer_limits import reply_budget, upload_budget
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.rate_limit import Limit, RateLimiter, identity
 from depthserve.settings import GatewaySettings
@@ -24,6 +25,8 @@ class Edge:
         self.limiter = RateLimiter(default, per_key, clock=clock)
         self.admission = AdmissionController(settings.max_in_flight, settings.max_queue, settings.model_limits, clock)
         self.protect_health = settings.protect_health
+        self.uploads = upload_budget(settings)  # request bodies, read before admission
+        self.replies = reply_budget(settings)  # replies being written to clients
 
     def caller(self, headers: Mapping[str, str], client_host: str | None) -> str:
         """Authenticate (401) and rate-limit (429) a request; give the identity it is counted under."""

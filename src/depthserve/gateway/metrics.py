@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from depthserve.gateway.backend_health import DRAINING, EJECTED, READY, UNHEALTHY, WARMING
+from depthserve.gateway.buffer_limits import buffer_metrics
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.edge import Edge
 from depthserve.gateway.pool import BackendPool
@@ -90,9 +91,11 @@ class GatewayCollector(Collector):
             labels=["reason"],
         )
         reasons = {"queue_full": 0, "deadline": 0, **admission.rejected, "rate_limited": edge.limiter.limited}
+        reasons |= {**edge.uploads.refused, **edge.replies.refused}
         for reason, count in sorted(reasons.items()):
             rejected.add_metric([reason], count)
         yield rejected
+        yield from buffer_metrics(edge.uploads, edge.replies)
 
     def _dispatcher(self) -> Iterator[Metric]:
         dispatcher = self._m.dispatcher

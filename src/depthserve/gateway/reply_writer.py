@@ -1,0 +1,162 @@
+"""Reply bodies written in bounded pieces under a write timeout, with the bytes they hold budgeted per connection.
+
+Granian keeps a reply sent as one ASGI message whole in memory until the client has read it, with
+no limit and no timeout; sent in pieces with `more_body`, each `send` waits once granian has a few
+pieces queued (HTTP/2 flow control is respected underneath). So a reply is written here as pieces,
+each `send` under `write_timeout_s`, while its bytes count against its connection's budget and the
+gateway's total. A client that stops reading is abandoned after the timeout: the gateway drops its
+copy and ends the stream short of its Content-Length (granian offers no reset), so the client sees
+a failed reply. A connection over its budget gets 503 "reply_backlog" for new replies, before they
+are dispatched, and the total over budget gives 503 "reply_memory_full".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from asyncio import FIRST_COMPLETED
+from collections import Counter
+from collections.abc import Hashable
+
+from starlette.types import Receive, Scope, Send
+
+from depthserve.gateway.errors import GatewayError
+
+PIECE_BYTES = 64 * 1024  # one `send`: granian queues up to four per stream before `send` waits
+H2_SEND_BUFFER = 256 * 1024  # granian's (hyper's) HTTP/2 send buffer per stream, set in serve.py
+STRANDED_BYTES = 6 * PIECE_BYTES + H2_SEND_BUFFER  # most granian holds of a reply whose client stopped reading
+MIB = 1024 * 1024
+log = logging.getLogger("depthserve.gateway")
+
+
+def connection_of(scope: Scope) -> Hashable:
+    """The client connection a request came on: its address and port (every HTTP/2 stream of it shares them)."""
+    client = scope.get("client")
+    return tuple(client) if client else None
+
+
+class ReplyBudget:
+    """Counts reply bytes held while clients read them, per connection and in total, and writes replies."""
+
+    def __init__(self, total_bytes: int, connection_bytes: int, write_timeout_s: float) -> None:
+        if total_bytes < 1 or connection_bytes < 1 or write_timeout_s <= 0:
+            raise ValueError("reply budgets must be >= 1 byte and the write timeout > 0")
+        self.total_bytes = total_bytes
+        self.connection_bytes = connection_bytes
+        self.write_timeout_s = write_timeout_s
+        self.held = 0  # reply bytes held now, all connections
+        self._connections: dict[Hashable, int] = {}  # only connections holding bytes have an entry
+        self.refused: Counter[str] = Counter()  # by GatewayError reason, for metrics
+        self.abandoned = 0  # replies whose reader stopped reading for write_timeout_s
+        self.stranded = 0  # bytes of abandoned replies granian may still hold (counted in `held` too)
+
+    def connection_held(self, connection: Hashable) -> int:
+        """Reply bytes one connection holds now."""
+        return self._connections.get(connection, 0)
+
+    def check(self, connection: Hashable) -> None:
+        """Refuse (503) a new request whose connection, or the gateway, already holds its budget of replies."""
+        if self.connection_held(connection) >= self.connection_bytes:
+            raise self._backlog()
+        if self.held >= self.total_bytes:
+            raise self._memory_full()
+
+    def _reserve(self, connection: Hashable, size: int) -> None:
+        """Count a reply of `size` bytes; one reply alone may exceed a budget, so any reply can be sent."""
+        mine = self.connection_held(connection)
+        if mine and mine + size > self.connection_bytes:
+            raise self._backlog()
+        if self.held and self.held + size > self.total_bytes:
+            raise self._memory_full()
+        self._connections[connection] = mine + size
+        self.held += size
+
+    def _release(self, connection: Hashable, size: int) -> None:
+        self.held -= size
+        left = self._connections[connection] - size
+        if left > 0:
+            self._connections[connection] = left
+        else:
+            del self._connections[connection]
+
+    def _backlog(self) -> GatewayError:
+        self.refused["reply_backlog"] += 1
+        return GatewayError(
+            503,
+            "reply_backlog",
+            f"this connection has {self.connection_bytes // MIB} MiB of replies it has not read yet",
+            retry_after=1.0,
+        )
+
+    def _memory_full(self) -> GatewayError:
+        self.refused["reply_memory_full"] += 1
+        return GatewayError(
+            503,
+            "reply_memory_full",
+            f"the gateway holds {self.total_bytes // MIB} MiB of replies not read yet, its limit",
+            retry_after=1.0,
+        )
+
+    async def write(
+        self, scope: Scope, receive: Receive, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> bool:
+        """Send a response (headers include content-type; content-length is added) within the budget.
+
+        Raises GatewayError (503) before anything is sent if the budget is spent; gives False if the
+        reader stopped reading or went away, so the reply was cut short.
+        """
+        connection = connection_of(scope)
+        size = len(body)
+        self._reserve(connection, size)
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": [*headers, _length(size)]})
+            if size <= PIECE_BYTES:
+                await send({"type": "http.response.body", "body": body})
+                return True
+            return await self._pieces(connection, receive, send, body)
+        finally:
+            self._release(connection, size)
+
+    async def _pieces(self, connection: Hashable, receive: Receive, send: Send, body: bytes) -> bool:
+        """Send `body` piece by piece, stopping if the client goes away or does not read for the write timeout."""
+        gone = asyncio.ensure_future(receive())  # the body was read: the next message is http.disconnect
+        view = memoryview(body)
+        try:
+            for start in range(0, len(body), PIECE_BYTES):
+                end = start + PIECE_BYTES
+                message = {"type": "http.response.body", "body": bytes(view[start:end]), "more_body": end < len(body)}
+                sending: asyncio.Future[None] = asyncio.ensure_future(send(message))
+                await asyncio.wait((sending, gone), timeout=self.write_timeout_s, return_when=FIRST_COMPLETED)
+                if not sending.done():
+                    if not gone.done():
+                        self._strand(connection, sending, min(end, STRANDED_BYTES))
+                    else:
+                        sending.cancel()
+                    return False
+                sending.result()
+            return True
+        finally:
+            gone.cancel()
+
+    def _strand(self, connection: Hashable, sending: asyncio.Future[None], size: int) -> None:
+        """Abandon a reply whose client stopped reading; what granian still holds of it stays counted.
+
+        That is at most a few pieces and HTTP/2's send buffer, freed when the stuck `send` ends: when the
+        client reads again, resets the stream or closes the connection.
+        """
+        self.abandoned += 1
+        log.info("reply abandoned: the client read nothing for %gs", self.write_timeout_s)
+        self._connections[connection] = self.connection_held(connection) + size
+        self.held += size
+        self.stranded += size
+        sending.add_done_callback(lambda done: self._unstrand(connection, size, done))
+
+    def _unstrand(self, connection: Hashable, size: int, done: asyncio.Future[None]) -> None:
+        if not done.cancelled():
+            done.exception()  # a send to a closed stream: nothing to report
+        self.stranded -= size
+        self._release(connection, size)
+
+
+def _length(size: int) -> tuple[bytes, bytes]:
+    return (b"content-length", str(size).encode())
