@@ -246,9 +246,9 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
         None, description="admin keys (api_keys_file's format) for drain/undrain; without any, loopback only"
     )
     upload_timeout_s: float = Field(30.0, gt=0, description="longest a client may take to send its body (408)")
-    client_uploads: int = Field(32, ge=1, description="request bodies one client may be sending at once (429 beyond)")
+    client_uploads: int = Field(256, ge=1, description="request bodies one client may be sending at once (429 beyond)")
     client_request_memory_mb: float = Field(
-        256.0, gt=0, description="request body bytes one client may have in the gateway at once, MiB (429 beyond)"
+        512.0, gt=0, description="request body bytes one client may have in the gateway at once, MiB (429 beyond)"
     )
     max_request_memory_mb: float | None = Field(
         None, gt=0, description="request body bytes held at once, all clients, MiB (503 beyond) [1/8 of memory]"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterable
 
 from starlette.types import Message, Receive, Scope, Send
 
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.upload_budget import UploadLease
 
 DRAIN_LIMIT = 256 * 1024 * 1024  # read at most this much of a refused upload before answering over HTTP/2
 EARLY_DRAIN_LIMIT = 8 * 1024 * 1024  # for answers given before the body was wanted (401, 429, 503): less
 BODY_STARTED = "depthserve.body_started"  # scope key set once the body reader has taken over the stream
 INSPECT_AT = 64 * 1024  # an image header not readable within this many bytes is left to the worker
+DRAIN_TIMEOUT_S = 5.0  # a refused client that stops sending gets its answer (or a reset) after this long
 
 
 def header_map(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -26,30 +29,40 @@ def body_started(scope: Scope) -> bool:
 
 
 async def drain(receive: Receive, already: int, limit: int = DRAIN_LIMIT) -> None:
-    """Read and drop the rest of a refused upload (up to DRAIN_LIMIT in all).
+    """Read and drop the rest of a refused upload (up to `limit` bytes and DRAIN_TIMEOUT_S in all).
 
     Over HTTP/2, a reply sent while the client is still uploading reaches curl and httpx only as a
     stream reset, not as the 4xx; over HTTP/1.1 the reply goes out at once and the connection closes.
     """
     size = already
     more = True
-    while more and size <= limit:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        size += len(message.get("body", b""))
-        more = message.get("more_body", False)
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):  # a stalled upload must not hold its task forever
+            while more and size <= limit:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                size += len(message.get("body", b""))
+                more = message.get("more_body", False)
+    except TimeoutError:
+        return
 
 
 class BodyReader:
-    """Reads a request body under a size limit, refusing early where the protocol lets the client see it."""
+    """Reads a request body under a size limit, refusing early where the protocol lets the client see it.
 
-    def __init__(self, receive: Receive, limit: int, http2: bool, scope: Scope | None = None) -> None:
+    With a `lease`, every byte is counted against the client's and the gateway's upload budget as it arrives.
+    """
+
+    def __init__(
+        self, receive: Receive, limit: int, http2: bool, scope: Scope | None = None, lease: UploadLease | None = None
+    ) -> None:
         if scope is not None:
             scope[BODY_STARTED] = True
         self._receive = receive
         self.limit = limit
         self.http2 = http2
+        self.lease = lease
         self.size = 0
 
     async def refuse(self, error: GatewayError) -> GatewayError:
@@ -67,14 +80,32 @@ class BodyReader:
         message = await self._receive()
         if message["type"] == "http.disconnect":
             raise GatewayError(499, "client_disconnected", "client went away during the upload")
-        self.size += len(message.get("body", b""))
+        size = len(message.get("body", b""))
+        self.size += size
         if self.size > self.limit:
             raise await self.refuse(self.too_large(f"more than {self.limit}"))
+        if self.lease is not None:
+            try:
+                self.lease.add(size)
+            except GatewayError as error:
+                raise await self.refuse(error) from None
+            if not message.get("more_body", False):
+                self.lease.received()
         return message
 
     async def read(self, declared: str | None, inspect: Callable[[bytes, bool], bool] | None = None) -> bytes:
-        """Read the whole body; `inspect(head, final)` sees each longer head until it returns True (decided),
-        and may raise to refuse the upload before the rest is read."""
+        """Read the whole body as one bytes object (see `read_pieces`)."""
+        pieces = await self.read_pieces(declared, inspect)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    async def read_pieces(
+        self, declared: str | None, inspect: Callable[[bytes, bool], bool] | None = None
+    ) -> list[bytes]:
+        """Read the whole body as the pieces it arrived in (joined later, once, where it is needed whole).
+
+        `inspect(head, final)` sees each longer head until it returns True (decided), and may raise to
+        refuse the upload before the rest is read.
+        """
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.limit:
             raise await self.refuse(self.too_large(declared))
         chunks: list[bytes] = []
@@ -96,14 +127,19 @@ class BodyReader:
                     raise await self.refuse(error) from None
                 if decided:
                     inspect = None
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return chunks
+
+
+def raw_headers(content_type: str, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """ASGI response headers: the content type, then `headers`."""
+    encoded = [(b"content-type", content_type.encode("latin-1"))]
+    return encoded + [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
 
 
 async def send_bytes(send: Send, status: int, body: bytes, content_type: str, headers: dict[str, str]) -> None:
-    """Send a complete response in two ASGI messages."""
-    raw_headers = [(b"content-type", content_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]
-    raw_headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    """Send a small complete response in two ASGI messages (large replies go through ReplyBudget.write)."""
+    encoded = [*raw_headers(content_type, headers), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -12,7 +12,6 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
-from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.codec import (
     CodecError,
@@ -23,12 +22,16 @@ from depthserve.codec import (
     image_size,
     parse_intrinsics,
 )
-from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error, send_failure
+from depthserve.gateway.asgi_io import BodyReader, header_map, raw_headers, send_error, send_failure
+from depthserve.gateway.depth_upload import DepthUpload
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import Forwarder, clean_request_id
 from depthserve.gateway.metrics import MODEL_KEY
+from depthserve.gateway.reply_writer import connection_of
 from depthserve.gateway.request_cost import check_cost, size_error
-from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, build_request, read_encoded_result
+from depthserve.gateway.upload_budget import UploadLease
+from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, read_encoded_result
+from depthserve.protocol.infer_wire import WireRequest
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import REQUEST_ID
 from depthserve.telemetry.tracing import span
@@ -106,9 +109,26 @@ def _output_format(headers: Mapping[str, str], query: Mapping[str, str]) -> str:
 
 
 async def parse_depth_upload(
-    scope: Scope, receive: Receive, headers: Mapping[str, str], query: Mapping[str, str], settings: GatewaySettings
+    scope: Scope,
+    receive: Receive,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    settings: GatewaySettings,
+    lease: UploadLease | None = None,
 ) -> DepthInputs:
     """Build DepthInputs from the HTTP request without decoding any pixels (header sizes only)."""
+    return (await read_depth_upload(scope, receive, headers, query, settings, lease)).inputs()
+
+
+async def read_depth_upload(
+    scope: Scope,
+    receive: Receive,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    settings: GatewaySettings,
+    lease: UploadLease | None,
+) -> DepthUpload:
+    """Read the upload, its bytes counted on `lease`, without decoding any pixels (header sizes only)."""
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type not in IMAGE_TYPES and content_type != "multipart/form-data":
         raise GatewayError(
@@ -119,16 +139,17 @@ async def parse_depth_upload(
         )
     output_format = _output_format(headers, query)
     level = _resolution_level(query)
-    reader = BodyReader(receive, int(settings.max_body_mb * 1024 * 1024), scope.get("http_version") == "2", scope)
+    limit = int(settings.max_body_mb * 1024 * 1024)
+    reader = BodyReader(receive, limit, scope.get("http_version") == "2", scope, lease)
     if content_type != "multipart/form-data":
-        body = await reader.read(headers.get("content-length"), pixel_check(settings, output_format))
-        if not body:
+        pieces = await reader.read_pieces(headers.get("content-length"), pixel_check(settings, output_format))
+        if not pieces:
             raise GatewayError(400, "invalid_request", "empty request body; send an image")
         if output_format == "ply":
             raise GatewayError(
                 400, "invalid_request", "format 'ply' needs camera intrinsics: send multipart with an 'intrinsics' part"
             )
-        return DepthInputs(image=body, resolution_level=level, output_format=output_format)
+        return DepthUpload(pieces, None, None, level, output_format)
     declared = headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > reader.limit:
         raise await reader.refuse(reader.too_large(declared))
@@ -149,9 +170,7 @@ async def parse_depth_upload(
         check_depth_part(image, depth)
     if output_format == "ply" and intrinsics is None:
         raise GatewayError(400, "invalid_request", "format 'ply' needs camera intrinsics (multipart part 'intrinsics')")
-    return DepthInputs(
-        image=image, depth=depth, intrinsics=intrinsics, resolution_level=level, output_format=output_format
-    )
+    return DepthUpload([image], None if depth is None else [depth], intrinsics, level, output_format)
 
 
 class DepthEndpoint:
@@ -160,27 +179,36 @@ class DepthEndpoint:
     def __init__(self, settings: GatewaySettings, forwarder: Forwarder) -> None:
         self._settings = settings
         self._forwarder = forwarder
+        self._replies = forwarder.edge.replies
+
+    async def _infer(
+        self, scope: Scope, receive: Receive, headers: Mapping[str, str], request_id: str
+    ) -> tuple[bytes, str, str]:
+        """Forward the request; give the result file, its media type and the backend that made it."""
+        if scope["method"] != "POST":
+            raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
+        self._replies.check(connection_of(scope))  # a connection not reading its replies gets no more work
+        client = scope.get("client")
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+        model = scope[MODEL_KEY] = query.get("model") or self._settings.model
+
+        async def build(lease: UploadLease) -> WireRequest:
+            upload = await read_depth_upload(scope, receive, headers, query, self._settings, lease)
+            return upload.wire(model, request_id)
+
+        with span("gateway.request", request_id, model=model):
+            reply, backend = await self._forwarder.forward(
+                model, headers, client[0] if client else None, request_id, None, build
+            )
+        data, media_type = read_encoded_result(reply)
+        return data, media_type, backend
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
         request_id = clean_request_id(headers.get("x-request-id", ""))
         REQUEST_ID.set(request_id)  # every log line about this request carries its id
         try:
-            if scope["method"] != "POST":
-                raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
-            client = scope.get("client")
-            query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
-            model = scope[MODEL_KEY] = query.get("model") or self._settings.model
-
-            async def build() -> pb.ModelInferRequest:
-                inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
-                return build_request(model, inputs, request_id=request_id)
-
-            with span("gateway.request", request_id, model=model):
-                reply, backend = await self._forwarder.forward(
-                    model, headers, client[0] if client else None, request_id, None, build
-                )
-            data, media_type = read_encoded_result(reply)
+            data, media_type, backend = await self._infer(scope, receive, headers, request_id)
         except GatewayError as error:
             await send_failure(scope, receive, send, error, request_id)
             return
@@ -188,4 +216,8 @@ class DepthEndpoint:
             log.exception("request %s failed", request_id)
             await send_error(send, GatewayError(500, "internal", "internal gateway error"), request_id)
             return
-        await send_bytes(send, 200, data, media_type, {"x-request-id": request_id, "x-backend": backend})
+        extra = {"x-request-id": request_id, "x-backend": backend}
+        try:
+            await self._replies.write(scope, receive, send, 200, data, raw_headers(media_type, extra))
+        except GatewayError as error:  # the reply budget is spent: nothing was sent yet
+            await send_error(send, error, request_id)

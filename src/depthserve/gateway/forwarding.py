@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeAlias, cast
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -16,9 +17,12 @@ from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.edge import Edge
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.upload_budget import UploadLease
+from depthserve.protocol.infer_wire import WireRequest
 from depthserve.settings import GatewaySettings
 
-BuildRequest = Callable[[], Awaitable[pb.ModelInferRequest]]
+InferRequest: TypeAlias = pb.ModelInferRequest | WireRequest  # a WireRequest is already serialized
+BuildRequest = Callable[[UploadLease], Awaitable[InferRequest]]  # reads the body, counting it on the lease
 MIN_REQUEST_TIMEOUT_S = 0.001  # a shorter deadline could only ever time out: refused as unusable
 
 
@@ -49,7 +53,7 @@ def clean_request_id(given: str) -> str:
 
 
 class Forwarder:
-    """Admits one inference and sends it to a backend, reading its body only once a slot is held."""
+    """Admits one inference and sends it to a backend, reading its body first, under its client's upload budget."""
 
     def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher, edge: Edge) -> None:
         self.settings = settings
@@ -66,27 +70,40 @@ class Forwarder:
         build: BuildRequest,
         version: str = "",
     ) -> tuple[pb.ModelInferResponse, str]:
-        """Check key and rate limit, wait for admission, `build()` the request under the upload timeout, dispatch.
+        """Check key and rate limit, `build(lease)` the request under the upload budget and timeout, admit, dispatch.
 
-        `timeout_s` None reads X-Request-Timeout. Gives the reply and the backend that answered; every
-        refusal is a GatewayError.
+        The body is read before an admission slot is asked for, so a slow or stalled upload holds only its
+        own client's upload budget (and the bytes that really arrived), never a slot other clients need.
+        The body's bytes stay counted until the reply is in. `timeout_s` None reads X-Request-Timeout.
+        Gives the reply and the backend that answered; every refusal is a GatewayError.
         """
         edge = self.edge
-        edge.caller(headers, client)
+        who = edge.caller(headers, client)
         if timeout_s is None:
             timeout_s = request_timeout(headers, self.settings)
         deadline = edge.clock() + timeout_s
-        async with edge.admission.admit(model, deadline, edge.priority(headers)):
-            try:
-                upload_s = min(self.settings.upload_timeout_s, max(0.0, deadline - edge.clock()))
-                async with asyncio.timeout(upload_s):
-                    request = await build()
-            except TimeoutError:
-                raise GatewayError(
-                    408, "upload_timeout", f"request body not received within {self.settings.upload_timeout_s:g}s"
-                ) from None
-            left = deadline - edge.clock()
-            if left <= 0:
-                raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
-            info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
-            return await self.dispatcher.infer(request, info, left, request_id, timeout_s)
+        edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
+        with edge.uploads.lease(who) as lease:
+            request = await self._upload(build, lease, deadline, timeout_s)
+            async with edge.admission.admit(model, deadline, edge.priority(headers)):
+                left = deadline - edge.clock()
+                info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
+                message = cast(pb.ModelInferRequest, request)  # the stub sends a WireRequest as it is
+                return await self.dispatcher.infer(message, info, left, request_id, timeout_s)
+
+    async def _upload(self, build: BuildRequest, lease: UploadLease, deadline: float, timeout_s: float) -> InferRequest:
+        """Run `build` under the upload timeout (408), or the request's deadline if that comes first (504)."""
+        clock = self.edge.clock
+        upload_s = min(self.settings.upload_timeout_s, max(0.0, deadline - clock()))
+        try:
+            async with asyncio.timeout(upload_s):
+                request = await build(lease)
+        except TimeoutError:
+            if upload_s < self.settings.upload_timeout_s:
+                raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload") from None
+            raise GatewayError(
+                408, "upload_timeout", f"request body not received within {self.settings.upload_timeout_s:g}s"
+            ) from None
+        if deadline - clock() <= 0:
+            raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
+        return request

@@ -93,9 +93,10 @@ class SubmitJob:
             model = query.get("model") or self._settings.model
             key = idempotency_key(headers.get("idempotency-key"))
             scoped_key = None if key is None else f"{owner}:{key}"  # one caller's key never finds another's job
-            try:
-                async with asyncio.timeout(self._settings.upload_timeout_s):
-                    inputs = await parse_depth_upload(scope, receive, headers, query, self._settings)
+            try:  # the upload counts against its client's budget while it is read (see upload_budget)
+                with self._edge.uploads.lease(owner) as lease:
+                    async with asyncio.timeout(self._settings.upload_timeout_s):
+                        inputs = await parse_depth_upload(scope, receive, headers, query, self._settings, lease)
             except TimeoutError:
                 raise GatewayError(
                     408, "upload_timeout", f"request body not received within {self._settings.upload_timeout_s:g}s"

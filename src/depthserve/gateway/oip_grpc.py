@@ -27,6 +27,7 @@ from depthserve.gateway.oip_json import check_request
 from depthserve.gateway.oip_replies import with_raw_outputs
 from depthserve.gateway.oip_service import OipService
 from depthserve.gateway.oip_stream import answer_stream
+from depthserve.gateway.upload_budget import UploadLease
 from depthserve.protocol.tensors import TensorError
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import REQUEST_ID
@@ -150,7 +151,9 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         status, backend = 500, ""
 
-        async def build() -> pb.ModelInferRequest:
+        async def build(lease: UploadLease) -> pb.ModelInferRequest:
+            lease.add(request.ByteSize())  # gRPC read the message already: count it like a REST body
+            lease.received()
             return request
 
         try:

@@ -241,6 +241,15 @@ def parse_infer_request(
     doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
 ) -> tuple[pb.ModelInferRequest, OutputChoice]:
     """Build the ModelInferRequest for a REST infer body whose binary slices were already split off."""
+    request, raws, choice = parse_infer_parts(doc, binary, model, version)
+    request.raw_input_contents.extend(bytes(raw) for raw in raws)
+    return request, choice
+
+
+def parse_infer_parts(
+    doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
+) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], OutputChoice]:
+    """Like parse_infer_request, but leave the raw contents (one per input, uncopied) out of the message."""
     try:
         return _parse_infer_request(doc, binary, model, version)
     except UnicodeEncodeError:  # a JSON string with a lone surrogate has no UTF-8 form for protobuf
@@ -249,7 +258,7 @@ def parse_infer_request(
 
 def _parse_infer_request(
     doc: dict[str, Any], binary: list[memoryview | None], model: str, version: str
-) -> tuple[pb.ModelInferRequest, OutputChoice]:
+) -> tuple[pb.ModelInferRequest, list[bytes | memoryview], OutputChoice]:
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise TensorError("'inputs' must be a non-empty list")
@@ -259,6 +268,7 @@ def _parse_infer_request(
     request = pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
     _copy_params(doc.get("parameters"), request.parameters, (BINARY_OUTPUT,), "request")
     seen: set[str] = set()
+    raws: list[bytes | memoryview] = []
     for tensor, raw in zip(inputs, binary, strict=True):
         if not isinstance(tensor, dict):
             raise TensorError("each input must be an object")
@@ -279,8 +289,8 @@ def _parse_infer_request(
             contents = json_data_to_raw(name, datatype, shape, tensor["data"])
         target = request.inputs.add(name=name, datatype=datatype, shape=shape)
         _copy_params(tensor.get("parameters"), target.parameters, (BINARY_SIZE, "binary_data"), f"input {name!r}")
-        request.raw_input_contents.append(bytes(contents))
-    return request, _output_choice(doc, request)
+        raws.append(contents)
+    return request, raws, _output_choice(doc, request)
 
 
 def check_request(request: pb.ModelInferRequest) -> None:

@@ -13,17 +13,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
-from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.gateway.asgi_io import BodyReader, header_map, send_bytes, send_error, send_failure
+from depthserve.gateway.asgi_io import BodyReader, header_map, raw_headers, send_error, send_failure
 from depthserve.gateway.body_encoding import MIN_COMPRESS, choose_encoding, decode_body, encode_body
 from depthserve.gateway.control_routes import guarded
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.forwarding import clean_request_id
 from depthserve.gateway.oip_binary import HEADER_LENGTH, join_body, slice_inputs, split_body
-from depthserve.gateway.oip_json import OutputChoice, parse_infer_request
+from depthserve.gateway.oip_json import OutputChoice, parse_infer_parts
 from depthserve.gateway.oip_replies import ReplyError, infer_response_json, model_metadata_json
 from depthserve.gateway.oip_service import OipService
+from depthserve.gateway.reply_writer import connection_of
+from depthserve.gateway.upload_budget import UploadLease
+from depthserve.protocol.infer_wire import WireRequest, join_request
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.logs import REQUEST_ID
 
@@ -113,9 +115,10 @@ class InferEndpoint:
     def __init__(self, service: OipService) -> None:
         self._service = service
         self._limit = int(service.settings.max_body_mb * 1024 * 1024)
+        self._replies = service.forwarder.edge.replies
 
-    async def _read(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> bytes:
-        reader = BodyReader(receive, self._limit, scope.get("http_version") == "2", scope)
+    async def _read(self, scope: Scope, receive: Receive, headers: dict[str, str], lease: UploadLease) -> bytes:
+        reader = BodyReader(receive, self._limit, scope.get("http_version") == "2", scope, lease)
         body = await reader.read(headers.get("content-length"))
         if not body:
             raise GatewayError(400, "invalid_request", "empty request body; send an OIP inference request")
@@ -128,19 +131,20 @@ class InferEndpoint:
         model, version = scope["path_params"]["model"], scope["path_params"].get("version", "")
         choice = OutputChoice(None, False)
 
-        async def build() -> pb.ModelInferRequest:
+        async def build(lease: UploadLease) -> WireRequest:
             nonlocal choice
-            body = await self._read(scope, receive, headers)
+            body = await self._read(scope, receive, headers, lease)
             try:
                 doc, binary = split_body(body, headers.get(HEADER_LENGTH))
                 inputs = doc.get("inputs")
                 slices = slice_inputs(inputs if isinstance(inputs, list) else [], binary)
-                request, choice = parse_infer_request(doc, slices, model, version)
+                header, raws, choice = parse_infer_parts(doc, slices, model, version)
             except TensorError as exc:
                 raise GatewayError(400, "invalid_request", str(exc)) from None
-            return request
+            return join_request(header, [[raw] for raw in raws])  # the tensors' one copy after the body
 
         try:
+            self._replies.check(connection_of(scope))  # a connection not reading its replies gets no more work
             client = scope.get("client")
             reply, backend = await self._service.infer(
                 model, version, headers, client[0] if client else None, request_id, None, build
@@ -159,6 +163,7 @@ class InferEndpoint:
             log.exception("OIP request %s failed", request_id)
             await send_error(send, GatewayError(500, "internal", "internal gateway error"), request_id)
             return
+        del reply, chunks  # only `body` is needed from here: the reply's other copies go before it is written
         extra = {"x-request-id": request_id, "x-backend": backend}
         content_type = "application/json"
         if header_length is not None:
@@ -168,7 +173,10 @@ class InferEndpoint:
         if encoding is not None and len(body) >= MIN_COMPRESS:
             body = encode_body(body, encoding)
             extra["content-encoding"] = encoding
-        await send_bytes(send, 200, body, content_type, extra)
+        try:
+            await self._replies.write(scope, receive, send, 200, body, raw_headers(content_type, extra))
+        except GatewayError as error:  # the reply budget is spent: nothing was sent yet
+            await send_error(send, error, request_id)
 
 
 def oip_routes(service: OipService) -> list[BaseRoute]:

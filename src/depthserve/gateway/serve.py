@@ -12,9 +12,13 @@ from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings, HTTP2Settings
 
 from depthserve.gateway.app import SETTINGS_ENV
+from depthserve.gateway.reply_writer import H2_SEND_BUFFER
 from depthserve.ports import BACKLOG, check_free, listen_exclusive
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import granian_log_config
+
+KEEPALIVE_MS = 30_000  # HTTP/2 PING every 30 s on an idle connection
+KEEPALIVE_TIMEOUT_S = 20  # no PING acknowledgement within this: the connection and its buffers are dropped
 
 
 class _BoundOnce(Granian):  # type: ignore[misc,valid-type]
@@ -57,7 +61,12 @@ def main(settings: GatewaySettings) -> None:
         log_access=False,
         log_dictconfig=granian_log_config(settings.log_format),
         http1_settings=HTTP1Settings(max_buffer_size=max(8192, header_bytes)),
-        http2_settings=HTTP2Settings(max_headers_size=header_bytes),
+        http2_settings=HTTP2Settings(
+            max_headers_size=header_bytes,
+            max_send_buffer_size=H2_SEND_BUFFER,  # per stream: bounds what a reply nobody reads leaves behind
+            keep_alive_interval=KEEPALIVE_MS,  # a peer that stops answering pings (not reading at all) is closed
+            keep_alive_timeout=KEEPALIVE_TIMEOUT_S,
+        ),
         ssl_cert=settings.tls_cert,
         ssl_key=settings.tls_key,
     )
