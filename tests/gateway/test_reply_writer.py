@@ -25,9 +25,9 @@ class Client:
         self.gone = asyncio.Event()
 
     async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.body" and self.reads is not None:
-            if sum(m["type"] == "http.response.body" for m in self.messages) >= self.reads:
-                await self.reading.wait()  # what granian's `send` does once a stream's queue is full
+        pieces = sum(m["type"] == "http.response.body" for m in self.messages)
+        if message["type"] == "http.response.body" and self.reads is not None and pieces >= self.reads:
+            await self.reading.wait()  # what granian's `send` does once a stream's queue is full
         self.messages.append(message)
 
     async def receive(self) -> Message:

@@ -68,8 +68,8 @@ _ERRORS = {
         (404, "unknown model, version or id"),
         (413, "body or image too large"),
         (415, "unsupported content type"),
-        (429, "over the rate limit or the caller's job limits (Retry-After)"),
-        (503, "no backend, overloaded, or the job store full (Retry-After)"),
+        (429, "over the rate limit, the caller's job limits or its upload budget (Retry-After)"),
+        (503, "no backend, overloaded, the job store or the gateway's upload or reply memory full (Retry-After)"),
         (504, "deadline passed"),
     )
 }
