@@ -194,3 +194,38 @@ def test_replies_nobody_reads_stay_within_the_reply_budget(tmp_path: Path, worke
     attack = sum((a.seen.statuses for a in attackers), Counter[int]())
     assert set(attack) <= {200, 503} and attack[503] > 0, attack  # replies past a connection's budget: 503
     assert "depthserve_gateway_reply_bytes_held 0.0" in held  # all of it freed once the attackers left
+
+
+def test_large_uploads_stay_within_the_request_memory_budget(tmp_path: Path) -> None:
+    """Ten 20 MiB uploads at once against a 64 MiB budget of request bodies.
+
+    Each upload used to cost about three copies (~60 MB each here, all accepted: ~600 MB); now each is
+    copied once and the bodies held at once stay under the budget: the rest get 503 upload_memory_full.
+    """
+    worker, address = start_worker(tmp_path, "--warmup-levels", "0", "--synthetic-ms", "500", "--max-batch-size", "16")
+    gateway, url = start_gateway(
+        tmp_path, [address], "--config", config(tmp_path, "max_request_memory_mb: 64\nclient_uploads: 64\n")
+    )
+    upload = png_bytes(np.zeros((48, 64, 3), np.uint8)) + bytes(20 * 1024 * 1024)  # a PNG with 20 MiB after it
+
+    async def send_all() -> tuple[list[httpx.Response], float]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            await client.post(f"{url}/v1/depth", content=upload[:5000], headers=PNG)  # connections and allocator warm
+            base = rss_mb(gateway)
+            peak = PeakRss(gateway)
+            replies = await asyncio.gather(
+                *(client.post(f"{url}/v1/depth", content=upload, headers=PNG) for _ in range(10))
+            )
+            return replies, peak.stop() - base
+
+    try:
+        replies, rss_growth = asyncio.run(send_all())
+    finally:
+        gateway.stop()
+        worker.stop()
+    assert rss_growth < 300, f"gateway RSS grew by {rss_growth:.0f} MB"
+    statuses = Counter(reply.status_code for reply in replies)
+    assert set(statuses) <= {200, 503} and statuses[200] >= 1, statuses  # every upload answered
+    refused = [reply for reply in replies if reply.status_code == 503]
+    assert refused and all(reply.json()["reason"] == "upload_memory_full" for reply in refused), statuses
+    assert all("retry-after" in reply.headers for reply in refused)

@@ -65,10 +65,14 @@ class BodyReader:
         self.lease = lease
         self.size = 0
 
-    async def refuse(self, error: GatewayError) -> GatewayError:
-        """Prepare to answer `error` mid-upload: over HTTP/2 drain first so the client sees the answer."""
-        if self.http2:
-            await drain(self._receive, self.size)
+    async def refuse(self, error: GatewayError, always: bool = False) -> GatewayError:
+        """Prepare to answer `error` mid-upload: over HTTP/2 (or `always`) drain first so the client sees the answer.
+
+        Budget refusals drain over HTTP/1.1 too (the rest is under the body limit and held nowhere): an
+        HTTP/1.1 client still sending when the answer and the close come sees only a broken connection.
+        """
+        if self.http2 or always:
+            await drain(self._receive, self.size, self.limit if not self.http2 else DRAIN_LIMIT)
         return error
 
     def too_large(self, shown: str) -> GatewayError:
@@ -88,7 +92,7 @@ class BodyReader:
             try:
                 self.lease.add(size)
             except GatewayError as error:
-                raise await self.refuse(error) from None
+                raise await self.refuse(error, always=True) from None
             if not message.get("more_body", False):
                 self.lease.received()
         return message
