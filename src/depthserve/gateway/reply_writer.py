@@ -5,9 +5,11 @@ no limit and no timeout; sent in pieces with `more_body`, each `send` waits once
 pieces queued (HTTP/2 flow control is respected underneath). So a reply is written here as pieces,
 each `send` under `write_timeout_s`, while its bytes count against its connection's budget and the
 gateway's total. A client that stops reading is abandoned after the timeout: the gateway drops its
-copy and ends the stream short of its Content-Length (granian offers no reset), so the client sees
-a failed reply. A connection over its budget gets 503 "reply_backlog" for new replies, before they
-are dispatched, and the total over budget gives 503 "reply_memory_full".
+copy and stops the body short of its Content-Length, so its stream is reset (RST_STREAM
+INTERNAL_ERROR, sent by hyper once that stream moves again; granian has no reset an app can ask
+for). The few pieces granian still holds stay counted until then. A connection over its budget
+gets 503 "reply_backlog" for new replies, before they are dispatched, and the total over budget
+gives 503 "reply_memory_full".
 """
 
 from __future__ import annotations
