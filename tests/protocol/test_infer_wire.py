@@ -13,6 +13,7 @@ from depthserve.protocol.depth_api import DepthInputs, build_request, parse_requ
 from depthserve.protocol.infer_wire import (
     WireRequest,
     depth_request_wire,
+    header_of,
     join_request,
     serialize_request,
 )
@@ -30,7 +31,8 @@ def test_a_depth_request_from_pieces_is_the_request_build_request_makes() -> Non
     wire = depth_request_wire("m", placeholders, "r1", {"image": split(image, 16_384), "depth": [depth]})
     expected = build_request("m", whole, request_id="r1")
     assert pb.ModelInferRequest.FromString(wire.wire) == expected
-    assert (wire.model_name, wire.id) == ("m", "r1")
+    assert (wire.model_name, wire.id) == ("m", "r1") and header_of(wire) is wire.header
+    assert header_of(expected) is expected
     parsed = parse_request(pb.ModelInferRequest.FromString(wire.SerializeToString()))
     assert parsed.image == image and parsed.depth == depth and parsed.output_format == "ply"
 
@@ -55,7 +57,7 @@ def test_a_header_holding_raw_contents_is_refused() -> None:
 
 def test_the_stub_serializer_passes_wire_requests_through_and_serializes_messages() -> None:
     message = pb.ModelInferRequest(model_name="m", id="1")
-    wire = WireRequest(message.SerializeToString(), "m", "", "1")
+    wire = WireRequest(message.SerializeToString(), message)
     assert serialize_request(wire) is wire.wire
     assert serialize_request(message) == message.SerializeToString()
 

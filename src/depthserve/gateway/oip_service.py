@@ -19,12 +19,14 @@ from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.backend import Backend
 from depthserve.gateway.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
-from depthserve.gateway.forwarding import BuildRequest, Forwarder
+from depthserve.gateway.forwarding import BuildRequest, Forwarder, InferRequest
 from depthserve.gateway.oip_json import check_name
 from depthserve.gateway.oip_replies import config_from_metadata, message_to_json
 from depthserve.gateway.oip_stats import ModelStats
 from depthserve.gateway.pool import BackendPool
 from depthserve.gateway.request_cost import check_oip_cost
+from depthserve.gateway.upload_budget import UploadLease
+from depthserve.protocol.infer_wire import header_of
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.tracing import span
 
@@ -148,9 +150,9 @@ class OipService:
         started = time.perf_counter_ns()
         ok = False
 
-        async def checked() -> pb.ModelInferRequest:
-            request = await build()
-            check_oip_cost(request, self.settings)  # refuse what every worker would, before forwarding
+        async def checked(lease: UploadLease) -> InferRequest:
+            request = await build(lease)
+            check_oip_cost(header_of(request), self.settings)  # refuse what every worker would, before forwarding
             return request
 
         try:

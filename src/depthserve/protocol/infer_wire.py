@@ -28,12 +28,20 @@ INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 @dataclass(frozen=True)
 class WireRequest:
-    """A serialized ModelInferRequest with the names the dispatcher and logs may read; sent as is."""
+    """A serialized ModelInferRequest, sent as is, with its header (the message without raw contents) to read."""
 
     wire: bytes
-    model_name: str
-    model_version: str
-    id: str
+    header: pb.ModelInferRequest
+
+    @property
+    def model_name(self) -> str:
+        """The model asked for."""
+        return str(self.header.model_name)
+
+    @property
+    def id(self) -> str:
+        """The request id."""
+        return str(self.header.id)
 
     def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name the stub's serializer calls
         """The wire bytes, unchanged."""
@@ -70,7 +78,12 @@ def join_request(header: pb.ModelInferRequest, raws: Sequence[Sequence[Piece]]) 
     for raw in raws:
         pieces.append(_RAW_TAG + _varint(sum(len(piece) for piece in raw)))
         pieces.extend(raw)
-    return WireRequest(b"".join(pieces), header.model_name, header.model_version, header.id)
+    return WireRequest(b"".join(pieces), header)
+
+
+def header_of(request: pb.ModelInferRequest | WireRequest) -> pb.ModelInferRequest:
+    """The names, shapes and parameters of a request, whichever form it is in (for checks before sending)."""
+    return request.header if isinstance(request, WireRequest) else request
 
 
 def bytes_element(pieces: Sequence[Piece]) -> list[Piece]:
