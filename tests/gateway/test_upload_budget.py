@@ -17,7 +17,7 @@ def refusal(budget: UploadBudget, client: str, size: int) -> GatewayError:
 def test_a_stalled_upload_holds_only_its_clients_upload_slot() -> None:
     budget = UploadBudget(total_bytes=1000, client_bytes=600, client_uploads=2)
     stalled = [budget.lease("addr:attacker"), budget.lease("addr:attacker")]
-    assert budget.held == 0  # declared sizes are never reserved: nothing arrived, nothing is held
+    assert budget.held == 0 and budget.uploading == 2  # declared sizes are never reserved: nothing is held
     with pytest.raises(GatewayError) as caught:
         budget.lease("addr:attacker")
     assert (caught.value.status, caught.value.reason) == (429, "too_many_uploads")
@@ -28,7 +28,7 @@ def test_a_stalled_upload_holds_only_its_clients_upload_slot() -> None:
         assert budget.held == 500
     for lease in stalled:
         lease.close()
-    assert budget.held == 0 and budget.clients == 0
+    assert budget.held == 0 and budget.clients == 0 and budget.uploading == 0
     assert budget.refused == {"too_many_uploads": 1}
 
 
@@ -38,7 +38,7 @@ def test_a_received_body_frees_its_upload_slot_but_its_bytes_stay_counted() -> N
     first.add(300)
     first.received()
     second = budget.lease("key:a")  # the first body is complete: a second upload may start
-    assert budget.held == 300 and budget.client_held("key:a") == 300
+    assert budget.held == 300 and budget.client_held("key:a") == 300 and budget.uploading == 1
     second.close()
     first.close()
     first.close()  # idempotent

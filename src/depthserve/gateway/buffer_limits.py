@@ -64,6 +64,7 @@ def buffer_metrics(uploads: UploadBudget, replies: ReplyBudget) -> Iterator[Metr
     yield GaugeMetricFamily(
         "depthserve_gateway_request_bytes_held", "Request body bytes held in the gateway now.", uploads.held
     )
+    yield GaugeMetricFamily("depthserve_gateway_uploads", "Request bodies still arriving now.", uploads.uploading)
     yield GaugeMetricFamily(
         "depthserve_gateway_reply_bytes_held",
         "Reply bytes held for clients that have not read them yet (abandoned replies' remains included).",

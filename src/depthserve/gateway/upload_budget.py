@@ -37,6 +37,7 @@ class UploadBudget:
         self.client_bytes = client_bytes
         self.client_uploads = client_uploads
         self.held = 0  # bytes of request bodies held now, all clients
+        self.uploading = 0  # bodies still arriving, all clients
         self._clients: dict[str, _ClientUse] = {}
         self.refused: Counter[str] = Counter()  # by GatewayError reason, for metrics
 
@@ -53,6 +54,7 @@ class UploadBudget:
                 )
             )
         use.uploading += 1
+        self.uploading += 1
         return UploadLease(self, client, use)
 
     def client_held(self, client: str) -> int:
@@ -71,6 +73,7 @@ class UploadBudget:
 
     def _release(self, client: str, use: _ClientUse, uploading: bool, held: int) -> None:
         use.uploading -= uploading
+        self.uploading -= uploading
         use.held -= held
         self.held -= held
         if not use.uploading and not use.held:
@@ -120,6 +123,7 @@ class UploadLease:
         if self._uploading and not self.closed:
             self._uploading = False
             self._use.uploading -= 1
+            self._budget.uploading -= 1
 
     def close(self) -> None:
         """Give back everything this lease holds (idempotent)."""
