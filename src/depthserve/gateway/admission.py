@@ -1,7 +1,9 @@
 """Admission control: cap in-flight requests globally and per model, queue a bounded few, answer the rest fast.
 
 Overload gets an immediate 503 + Retry-After (Triton's `max_queue_size`, Ray Serve's `max_queued_requests`)
-instead of an unbounded pile of requests behind busy backends.
+instead of an unbounded pile of requests behind busy backends. With a `room` source (the pool's view of
+its workers' queues), a request whose model's workers all report full queues is refused at the door
+(`pool_full`) rather than sent to workers that would refuse it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class AdmissionController:
         max_queue: int,
         model_limits: Mapping[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        room: Callable[[str], int | None] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_queue < 0:
             raise ValueError("max_in_flight must be >= 1 and max_queue >= 0")
@@ -56,6 +59,7 @@ class AdmissionController:
         self.max_queue = max_queue
         self.model_limits = limits
         self._clock = clock
+        self._room = room  # model -> requests its backends can still queue (None: unknown, never "full")
         self._queues: dict[str, deque[_Waiter]] = {name: deque() for name in PRIORITIES}
         self._model_in_flight: Counter[str] = Counter()
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
@@ -108,6 +112,8 @@ class AdmissionController:
             self._release(model)
 
     async def _acquire(self, model: str, deadline: float, priority: str) -> None:
+        if self._room is not None and self._room(model) == 0:
+            raise self._reject("pool_full", f"every backend of model {model!r} reports a full queue")
         if self._has_room(model):  # by the invariant nobody queued could use this slot
             self._take(model)
             return

@@ -84,7 +84,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     pool = BackendPool(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
     dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
-    edge = Edge(settings)
+    edge = Edge(settings, room=pool.room)  # admission refuses at once when the model's workers are all full
     forwarder = Forwarder(settings, dispatcher, edge)
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)

@@ -60,6 +60,7 @@ class Backend:
         if load is not None:
             self.load = load
             self.load_at = now
+            self.stats.reported()
 
     def fresh_load(self, now: float, max_age_s: float) -> LoadReport | None:
         """Give the last report if it is younger than `max_age_s`; an older one means unknown, not idle."""

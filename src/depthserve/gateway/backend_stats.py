@@ -19,6 +19,7 @@ class BackendStats:
     alpha: float = 0.3  # weight of the newest sample in the plain EWMAs
     peak_decay_s: float = 10.0  # time constant of peak-EWMA's decay towards faster samples
     in_flight: int = 0
+    sent_since_report: int = 0  # calls started since the backend's last load report, not yet in its queue count
     served: int = 0
     errors: int = 0
     consecutive_errors: int = 0
@@ -31,6 +32,11 @@ class BackendStats:
     def started(self) -> None:
         """Count a call about to be sent."""
         self.in_flight += 1
+        self.sent_since_report += 1
+
+    def reported(self) -> None:
+        """A fresh load report arrived: it counts every call sent before it in the backend's own queue."""
+        self.sent_since_report = 0
 
     def abandoned(self) -> None:
         """Count a call that ended without a result that is not the backend's fault (a cancelled hedge, a 4xx)."""

@@ -17,13 +17,21 @@ from depthserve.settings import GatewaySettings
 class Edge:
     """Owns the gateway's keys, rate limiters and admission controller, built once from settings."""
 
-    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        clock: Callable[[], float] = time.monotonic,
+        room: Callable[[str], int | None] | None = None,
+    ) -> None:
+        """`room` gives, per model, the requests its backends can still queue (the pool's `room`)."""
         self.clock = clock
         self.keys = ApiKeys.from_sources(settings.api_keys_file, os.environ.get(ENV_VAR))
         default = Limit.parse(settings.rate_limit) if settings.rate_limit else None
         per_key = {name: Limit.parse(text) for name, text in settings.rate_limits.items()}
         self.limiter = RateLimiter(default, per_key, clock=clock)
-        self.admission = AdmissionController(settings.max_in_flight, settings.max_queue, settings.model_limits, clock)
+        self.admission = AdmissionController(
+            settings.max_in_flight, settings.max_queue, settings.model_limits, clock, room
+        )
         self.protect_health = settings.protect_health
         self.uploads = upload_budget(settings)  # request bodies, read before admission
         self.replies = reply_budget(settings)  # replies being written to clients

@@ -24,6 +24,7 @@ from depthserve.gateway.backend import Backend
 from depthserve.gateway.backend_slots import SlotQueue
 from depthserve.gateway.backend_spec import BackendSpec, parse_backend
 from depthserve.gateway.backend_stats import BackendStats
+from depthserve.gateway.capacity import known_full, pool_room
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.health_checks import HealthChecker
 from depthserve.gateway.outlier import OutlierDetector
@@ -58,7 +59,7 @@ class BackendPool:
         self.routes = VersionSplitter.from_config(settings.versions, settings.version_seed)
         for text in settings.backends:
             self.add(parse_backend(text, default_auto=settings.auto_weights))
-        self.checker = HealthChecker(settings, clock)
+        self.checker = HealthChecker(settings, clock, on_stall=self._stalled)
         self.outliers = OutlierDetector(
             settings.consecutive_errors,
             settings.base_ejection_s,
@@ -67,6 +68,7 @@ class BackendPool:
         )
         self.slots = SlotQueue()  # requests waiting for a backend under max_outstanding_per_backend
         self.removal_listeners: list[Callable[[str], None]] = []  # told the address of each backend removed
+        self.stall_listeners: list[Callable[[str], None]] = []  # told the address of a backend that stopped answering
 
     def add(self, spec: BackendSpec) -> Backend:
         """Add a backend (checked before it takes traffic), or update the tags and weight of a known one."""
@@ -192,12 +194,34 @@ class BackendPool:
             )
         return self.snapshot(request.model, version)
 
+    def room(self, model: str) -> int | None:
+        """Requests the model's eligible backends can still queue, by their load reports; None when unknown."""
+        now = self.clock()
+        return pool_room(self.eligible(now, model), now, self._settings.max_report_age_s)
+
+    def known_full(self, address: str) -> bool:
+        """Whether a fresh load report says this backend's queue is full (an unknown backend is not)."""
+        backend = self.backends.get(address)
+        return backend is not None and known_full(backend, self.clock(), self._settings.max_report_age_s)
+
+    async def still_answers(self, backend: Backend) -> bool:
+        """Whether the backend passes a health check now: a slow request on it is slow, not a failure."""
+        return backend.health.healthy and await self.checker.answers(backend)
+
+    def _stalled(self, backend: Backend) -> None:
+        """A health check of `backend` timed out or took it out: tell the dispatcher, whose calls there are stuck."""
+        for listener in self.stall_listeners:
+            listener(backend.address)
+
     def record_failure(self, backend: Backend) -> None:
-        """Let outlier detection look at a backend after a failure on real traffic."""
-        everyone = [b.health for b in self.backends.values()]
-        self.outliers.consider(
-            backend.address, backend.health, backend.stats.consecutive_errors, everyone, self.clock()
-        )
+        """Let outlier detection look at a backend after a failure on real traffic.
+
+        The ejection cap counts the backend's own model pool (and backends that serve any model), not
+        every backend of the gateway: a model with two workers may lose at most its share of them.
+        """
+        model = backend.spec.model
+        peers = [b.health for b in self.backends.values() if model is None or b.spec.serves(model)]
+        self.outliers.consider(backend.address, backend.health, backend.stats.consecutive_errors, peers, self.clock())
 
     def set_drained(self, address: str, drained: bool) -> Backend:
         """Stop (or resume) sending new requests to a backend; in-flight ones finish. KeyError if unknown."""

@@ -14,6 +14,7 @@ class LoadReport:
     """A worker's load at one instant: its queue, what runs, and the state of its accelerator."""
 
     queue: int = 0
+    queue_limit: int = 0  # most requests the worker holds waiting before RESOURCE_EXHAUSTED; 0 = unknown
     running: int = 0
     max_batch: int = 1
     batch_size: int = 0  # items in the most recent batch (running or last run); 0 = none yet
@@ -50,6 +51,10 @@ class LoadReport:
             except ValueError:
                 continue
         return cls(**values)  # type: ignore[arg-type]
+
+    def room(self) -> int | None:
+        """Requests the worker's queue could still take when it wrote this report; None when it gave no limit."""
+        return max(0, self.queue_limit - self.queue) if self.queue_limit > 0 else None
 
 
 # Names the fields had when CPU workers reported their memory as `gpu_mem_*` and no sensor as 0 degrees.

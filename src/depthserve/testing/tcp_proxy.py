@@ -1,4 +1,4 @@
-"""A TCP proxy in a background thread whose connections a test can cut, like a network failure."""
+"""A TCP proxy in a background thread whose connections a test can cut (a network failure) or freeze (SIGSTOP)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()  # cleared by freeze(): bytes are held, connections stay open
+        self._flowing.set()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._call(self._listen())
@@ -32,6 +34,7 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with suppress(OSError, asyncio.CancelledError):
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()
         writer.close()
@@ -62,6 +65,14 @@ class TcpProxy:
     def restore(self) -> None:
         """Accept connections again."""
         self._call(self._listen())
+
+    def freeze(self) -> None:
+        """Hold every byte in both directions with connections open, like a SIGSTOPped peer."""
+        self._loop.call_soon_threadsafe(self._flowing.clear)
+
+    def thaw(self) -> None:
+        """Let the held bytes and new ones through again."""
+        self._loop.call_soon_threadsafe(self._flowing.set)
 
     def close(self) -> None:
         """Cut everything and stop the thread."""

@@ -65,6 +65,11 @@ class Batcher:
         """Requests queued, not yet in a batch."""
         return self._queue.waiting
 
+    @property
+    def queue_limit(self) -> int:
+        """Most requests that may wait before the next one is refused."""
+        return self._queue.limit
+
     async def run(self, prepared: Prepared, deadline: float | None = None) -> Outputs:
         """Queue one request (deadline on `clock`), wait for its batch, and give its outputs or raise its error."""
         now = self.clock()

@@ -24,6 +24,7 @@ class LoadReporter:
         batcher, device = self._batcher, self._device
         return LoadReport(
             queue=batcher.waiting,
+            queue_limit=batcher.queue_limit,
             running=batcher.running,
             max_batch=batcher.max_batch,
             batch_size=batcher.last_batch_size,

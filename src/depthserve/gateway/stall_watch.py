@@ -1,0 +1,73 @@
+"""Which requests wait on which backend, so one that stops answering health checks wakes them at once.
+
+A SIGSTOPped or wedged worker keeps the calls already sent to it until their per-try timeout. When
+its health check times out (or the checks take it out), every request with an attempt there is
+woken and may send a second attempt elsewhere, while the first keeps running in case it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class StallWatch:
+    """Per backend address, the requests with an attempt in flight there; one owner: the event loop."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[AttemptWatch]] = {}
+        self.resent = 0  # second attempts sent because the first's backend stopped answering health checks
+
+    def watch(self) -> AttemptWatch:
+        """A watch for one request's attempts."""
+        return AttemptWatch(self)
+
+    def stalled(self, address: str) -> None:
+        """Wake every request with an attempt on `address` (each is woken once per attempt)."""
+        for watcher in self._watchers.pop(address, set()):
+            watcher.wake(address)
+
+    def watching(self, address: str) -> int:
+        """Requests watching a backend now, for tests."""
+        return len(self._watchers.get(address, ()))
+
+
+class AttemptWatch:
+    """One request's attempts; `woken` resolves when the backend of one of them stops answering."""
+
+    def __init__(self, registry: StallWatch) -> None:
+        self._registry = registry
+        self._addresses: set[str] = set()
+        self._stalled: list[str] = []
+        self.woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def add(self, address: str) -> None:
+        """Watch an attempt just sent to `address`."""
+        self._registry._watchers.setdefault(address, set()).add(self)
+        self._addresses.add(address)
+
+    def discard(self, address: str) -> None:
+        """Stop watching `address` (its attempt ended)."""
+        self._addresses.discard(address)
+        watchers = self._registry._watchers.get(address)
+        if watchers is not None:
+            watchers.discard(self)
+            if not watchers:
+                del self._registry._watchers[address]
+
+    def wake(self, address: str) -> None:
+        """Note that `address` stopped answering and resolve `woken`."""
+        self._addresses.discard(address)
+        self._stalled.append(address)
+        if not self.woken.done():
+            self.woken.set_result(None)
+
+    def take(self) -> list[str]:
+        """Give the backends that stopped answering since the last take, and re-arm `woken`."""
+        stalled, self._stalled = self._stalled, []
+        self.woken = asyncio.get_running_loop().create_future()
+        return stalled
+
+    def close(self) -> None:
+        """Stop watching everything (the request is over)."""
+        for address in list(self._addresses):
+            self.discard(address)
