@@ -267,3 +267,16 @@ def test_random_admit_and_cancel_never_exceed_limits(seed: int, max_in_flight: i
         assert all(outcomes.count(reason) <= count for reason, count in controller.rejected.items())
 
     asyncio.run(scenario())
+
+
+async def test_a_pool_with_no_queue_room_is_refused_at_the_door_and_unknown_room_admits() -> None:
+    room: dict[str, int | None] = {"full": 0, "open": 3, "unknown": None}
+    controller = AdmissionController(max_in_flight=8, max_queue=8, room=room.__getitem__)
+    with pytest.raises(GatewayError) as info:
+        async with controller.admit("full", later()):
+            pytest.fail("must not be admitted")
+    err = info.value
+    assert (err.status, err.reason) == (503, "pool_full") and err.retry_after is not None and err.retry_after >= 1
+    assert controller.rejected["pool_full"] == 1 and controller.in_flight == 0 and sum(controller.queued.values()) == 0
+    async with controller.admit("open", later()), controller.admit("unknown", later()):
+        assert controller.in_flight == 2  # a fresh gateway (no reports yet) still admits

@@ -1,9 +1,13 @@
-"""Outlier detection: eject on a failure streak, never more than the cap, but always at least one."""
+"""Outlier detection: eject on a failure streak, never more than the cap (per model pool), but always at least one."""
 
 from __future__ import annotations
 
 from depthserve.gateway.backend_health import BackendHealth
+from depthserve.gateway.backend_spec import BackendSpec
 from depthserve.gateway.outlier import OutlierDetector
+from depthserve.gateway.pool import BackendPool
+from depthserve.settings import GatewaySettings
+from depthserve.testing.fakes import FakeClock
 
 
 def test_streak_threshold_and_cap() -> None:
@@ -23,3 +27,20 @@ def test_at_least_one_may_be_ejected() -> None:
     assert detector.allowed(3) == 1
     assert detector.consider("a", pool[0], 1, pool, now=0)
     assert not detector.consider("b", pool[1], 1, pool, now=0)
+
+
+async def test_the_ejection_cap_counts_the_model_pool_not_every_backend() -> None:
+    clock = FakeClock()
+    settings = GatewaySettings(consecutive_errors=1, max_ejection_percent=50.0)
+    pool = BackendPool(settings, clock=clock)
+    try:
+        small = [pool.add(BackendSpec(f"small:{port}", model="small")) for port in (1, 2)]
+        for port in range(3, 11):  # another model's eight backends must not raise the small pool's cap
+            pool.add(BackendSpec(f"big:{port}", model="big"))
+        for backend in small:
+            backend.stats.started()
+            backend.stats.finished(False, 0.0, clock())
+            pool.record_failure(backend)
+        assert [backend.health.ejected(clock()) for backend in small] == [True, False]  # 1 of 2 is its 50%
+    finally:
+        await pool.close()

@@ -40,3 +40,10 @@ def test_found_in_metadata_or_absent() -> None:
     assert from_metadata([("other", "1"), (METADATA_KEY, b"queue=4")]) == LoadReport(queue=4)
     assert from_metadata([("other", "1")]) is None
     assert from_metadata(None) is None
+
+
+def test_queue_limit_travels_and_gives_room() -> None:
+    report = LoadReport(queue=3, queue_limit=8)
+    assert LoadReport.decode(report.encode()) == report and report.room() == 5
+    assert LoadReport(queue=9, queue_limit=8).room() == 0
+    assert LoadReport(queue=3).room() is None  # an older worker: unknown

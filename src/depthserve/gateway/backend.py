@@ -15,8 +15,13 @@ from depthserve.protocol.load_report import LoadReport
 from depthserve.telemetry.tracing import client_interceptors
 
 
+# gRPC's default reconnect backoff grows to 120 s: a worker down for 10 s was redialled only ~6.5 s after it
+# came back, and every health check failed meanwhile. Redial at least this often, like an active health check.
+RECONNECT_BACKOFF_MAX_MS = 1_000
+
+
 def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """Raise message limits for images and keep idle channels alive through NATs and proxies."""
+    """Raise message limits for images, keep idle channels alive through NATs and proxies, redial promptly."""
     limit = max_message_mb * 1024 * 1024
     return [
         ("grpc.max_receive_message_length", limit),
@@ -24,6 +29,9 @@ def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
         ("grpc.keepalive_time_ms", 10_000),
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS // 4),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS // 4),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
     ]
 
 

@@ -42,6 +42,15 @@ class BackendStats:
         """Count a call that ended without a result that is not the backend's fault (a cancelled hedge, a 4xx)."""
         self.in_flight -= 1
 
+    def recovered(self) -> None:
+        """Forget the failures of an outage the backend came back from, or policies would keep shunning it.
+
+        The error-rate EWMA moves only with samples, and a backend costed high for its old errors gets
+        no samples: after a restart it sat nearly unused though its health checks passed.
+        """
+        self.error_rate = 0.0
+        self.consecutive_errors = 0
+
     def finished(self, ok: bool, latency_ms: float, now: float) -> None:
         """Count a finished call; successful ones feed the latency averages, failed ones the error rate."""
         self.in_flight -= 1

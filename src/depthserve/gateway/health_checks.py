@@ -129,9 +129,14 @@ class HealthChecker:
         result = await self.probe(backend, self._clock())
         now = self._clock()
         if result in ("proven", "ok", "inconclusive"):
+            was_ejected = health.ejected(now)
             # Only proof that the model answers ends a passive ejection; a health answer alone does not.
             if health.check_passed(now, self._settings.healthy_threshold, proven=self._proven(backend, result, now)):
                 log.info("backend %s is ready", backend.address)
+                backend.stats.recovered()
+            elif was_ejected and not health.ejected(now):
+                log.info("backend %s is back: its ejection ended on a passed check", backend.address)
+                backend.stats.recovered()
         elif result == "not_serving":
             if health.not_serving():
                 log.info("backend %s says NOT_SERVING (%s)", backend.address, health.state(now))
