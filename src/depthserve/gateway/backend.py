@@ -14,7 +14,6 @@ from depthserve.protocol.infer_wire import inference_stub
 from depthserve.protocol.load_report import LoadReport
 from depthserve.telemetry.tracing import client_interceptors
 
-
 # gRPC's default reconnect backoff grows to 120 s: a worker down for 10 s was redialled only ~6.5 s after it
 # came back, and every health check failed meanwhile. Redial at least this often, like an active health check.
 RECONNECT_BACKOFF_MAX_MS = 1_000
