@@ -9,6 +9,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,54 @@ def test_deadline_shorter_than_service_gives_504_and_is_not_computed(tmp_path: P
         worker.stop()
     # The expired request waited behind the first and was dropped, never computed.
     assert "served 1, failed 1, computed 1" in worker.output()
+
+
+async def test_requests_stuck_on_a_sigstopped_worker_are_answered_by_the_other(tmp_path: Path, rgb_png: bytes) -> None:
+    workers = [start_worker(tmp_path, "--synthetic-ms", "20", "--warmup-levels", "0", name=f"w{i}") for i in range(2)]
+    (frozen, frozen_address), (_, other_address) = workers
+    config = tmp_path / "stop.yaml"
+    # The per-try timeout equals each request's deadline: a request left on the stopped worker would get
+    # 504 after 8 s; only a second attempt sent when its health check stops answering saves it.
+    config.write_text(
+        "health_timeout_s: 0.3\nunhealthy_threshold: 2\nper_try_timeout_s: 8\nprobe_inference_every: 0\n"
+        "slow_start_s: 0\n"
+    )
+    gateway, url = start_gateway(
+        tmp_path, [frozen_address, other_address], "--health-interval-s", "0.3", "--config", str(config)
+    )
+    replies: list[tuple[bool, int, str]] = []  # (sent after the stop, status, backend)
+    stopped = asyncio.Event()
+
+    async def one(client: httpx.AsyncClient) -> None:
+        after_stop = stopped.is_set()
+        headers = {"Content-Type": "image/png", "X-Request-Timeout": "8"}
+        reply = await client.post(f"{url}/v1/depth", content=rgb_png, headers=headers)
+        replies.append((after_stop, reply.status_code, reply.headers.get("x-backend", "")))
+
+    try:
+        async with httpx.AsyncClient(http2=True, http1=False, timeout=30) as client:
+            sending = []
+            for index in range(60):  # 20/s for 3 s; the worker stops after the first 0.5 s
+                if index == 10:
+                    frozen.popen.send_signal(signal.SIGSTOP)
+                    stopped.set()
+                sending.append(asyncio.create_task(one(client)))
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*sending)
+        frozen.popen.send_signal(signal.SIGCONT)
+        view = httpx.get(f"{url}/v1/cluster", timeout=5).json()
+        answered = [reply for reply in replies if reply[1] == 200]
+        late_by = Counter(backend for after_stop, status, backend in replies if after_stop and status == 200)
+        print(
+            f"\nSIGSTOP: sent {len(sending)}, answered {len(answered)}, failed {len(replies) - len(answered)} "
+            f"{Counter(status for _, status, _ in replies if status != 200)}, sent after the stop answered by "
+            f"{dict(late_by)}, retries {view['retries']}"
+        )
+        assert len(replies) == len(sending) == len(answered)  # nothing failed, nothing waited out its deadline
+        assert set(late_by) == {other_address}  # everything sent after the stop was answered by the other worker
+        assert view["retries"] >= 1  # some were stuck on the stopped worker and got a second attempt
+    finally:
+        frozen.popen.send_signal(signal.SIGCONT)
+        gateway.stop()
+        for proc, _ in workers:
+            proc.stop()

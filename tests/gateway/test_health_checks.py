@@ -88,11 +88,15 @@ async def test_a_health_check_that_times_out_reports_the_backend_stalled(workers
     (backend,) = pool.backends.values()
     try:
         await pool.checker.check(backend)
-        assert backend.health.healthy and not stalled
+        sent_at = pool.clock()  # a request sent now
+        assert backend.health.healthy and not stalled and await pool.still_answers(backend, sent_at)
         proxy.freeze()
         await pool.checker.check(backend)  # one timed-out check: still in (threshold 3), but reported at once
         assert backend.health.healthy and stalled == [backend]
-        assert not await pool.still_answers(backend) and stalled == [backend, backend]
+        assert not await pool.still_answers(backend, sent_at)  # in doubt since it was sent: stuck, not slow
+        proxy.thaw()  # resumed: it answers again, but a request sent before the stall was stuck, not slow
+        await pool.checker.check(backend)
+        assert not await pool.still_answers(backend, sent_at) and await pool.still_answers(backend, pool.clock())
     finally:
         proxy.thaw()
         proxy.close()

@@ -25,6 +25,7 @@ class BackendHealth:
     drained: bool = False  # an operator asked the gateway to stop sending here
     ready_since: float = float("-inf")  # when it last became eligible, for slow start
     not_serving_phase: str = WARMING  # what a NOT_SERVING answer means: warming (was out) or draining (was in)
+    doubted_at: float = float("-inf")  # when an active check last failed or timed out (a request there may be stuck)
 
     def check_passed(self, now: float, healthy_threshold: int, proven: bool = True) -> bool:
         """Record a passed active check; True when this makes the backend healthy again.

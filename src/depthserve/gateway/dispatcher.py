@@ -1,16 +1,12 @@
-"""Send one inference to the backends a policy picks: deadline, retries on other backends, hedging.
+"""Send one inference to the backends a policy picks: candidates, one attempt's call, and its outcome.
 
-One loop schedules attempts: the first on the policy's choice; another on the next candidate when
-an attempt fails before a result (connection refused, UNAVAILABLE, a per-try timeout on a backend
-that no longer answers health checks), when the backend of an attempt stops answering health
-checks (the stuck attempt keeps running), or, with hedging, when the first is slower than the
-pool's p95. Every attempt after the first needs a slot from the retry budget. The first good reply
-wins; the others are cancelled. A full worker's refusal (RESOURCE_EXHAUSTED) moves only to a
-backend not known to be full, without waiting for budget; a per-try timeout on a backend that still
-answers health checks is a slow request, answered 504 and never sent elsewhere. Backends whose
-load reports say their queue is full are not picked; when all are, the request is refused at once.
-With `max_outstanding_per_backend`, a request finding every backend at its cap waits in the
-gateway, oldest first, for the first backend to free a slot.
+The policy orders the pool's eligible backends, leaving out those whose load reports say their
+queue is full (when all are, the request is refused at once). `Attempts` schedules the request's
+attempts on them (retries, re-sends from a backend that stopped answering, hedges). One attempt
+is one ModelInfer with a per-try timeout; its outcome (ok, the backend's fault, or neither) is
+settled once. A per-try timeout on a backend that still answers a health check is a slow
+request, not a failed backend. With `max_outstanding_per_backend`, a request finding every backend
+at its cap waits in the gateway, oldest first, for the first backend to free a slot.
 """
 
 from __future__ import annotations
@@ -18,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.balancer.types import Policy, RequestInfo, Snapshot
+from depthserve.gateway.attempts import AttemptFailed, Attempts, deadline_error
 from depthserve.gateway.backend import Backend
 from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
 from depthserve.gateway.latency_window import LatencyWindow
@@ -41,25 +37,6 @@ NOT_BACKEND_FAULTS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.OUT_OF_RANGE,  # a reply too large for a message: the request's fault, not the worker's
 }
-
-
-@dataclass
-class AttemptFailed(Exception):
-    """An attempt that ended without a result; `retriable` when another backend may still answer.
-
-    `busy`: the backend refused for load (retry only where room is not known to be gone);
-    `slow`: it passed its per-try timeout while still answering health checks (never retried).
-    """
-
-    error: GatewayError
-    retriable: bool
-    busy: bool = False
-    slow: bool = False
-
-
-def deadline_error(timeout_s: float) -> GatewayError:
-    """The error for a request whose overall deadline passed."""
-    return GatewayError(504, "deadline", f"no reply within the request deadline of {timeout_s:g}s")
 
 
 def too_slow(address: str, per_try_s: float) -> GatewayError:
@@ -113,6 +90,7 @@ class Dispatcher:
         began[0] = True  # from here on this coroutine settles the in-flight count itself
         address = backend.address
         started = time.perf_counter()
+        sent_at = self.pool.clock()
         outcome = "abandoned"  # settled once, below: "ok", "failed" (the backend's fault) or "abandoned"
         call = None
         try:
@@ -126,7 +104,7 @@ class Dispatcher:
             code = error.code()
             backend.record_load(from_metadata(error.trailing_metadata()), self.pool.clock())
             per_try_timeout = code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s < overall_left
-            if per_try_timeout and await self.pool.still_answers(backend):
+            if per_try_timeout and await self.pool.still_answers(backend, sent_at):
                 raise AttemptFailed(too_slow(address, timeout_s), False, slow=True) from None
             # The client's own deadline running out says nothing about the backend; a per-try timeout does.
             fault = code not in NOT_BACKEND_FAULTS and (code != grpc.StatusCode.DEADLINE_EXCEEDED or per_try_timeout)
@@ -194,11 +172,27 @@ class Dispatcher:
                 raise no_backend(info.model)
             return candidates
 
-    def _hedge_delay_s(self) -> float | None:
+    def hedge_delay_s(self) -> float | None:
+        """How long the first attempt may take before a hedge is sent (None: no hedging, or no latencies yet)."""
         if not self.settings.hedge:
             return None
         p95 = self.latencies.p95()
         return None if p95 is None else max(p95, self.settings.hedge_min_ms) / 1000.0
+
+    def start_attempt(
+        self, address: str, request: pb.ModelInferRequest, request_id: str, deadline: float
+    ) -> asyncio.Task[pb.ModelInferResponse]:
+        """Start one attempt of `request` on `address` within `deadline` (event-loop clock)."""
+        left = deadline - asyncio.get_running_loop().time()
+        per_try = min(left, self.settings.per_try_timeout_s)
+        backend = self.pool.backends.get(address)
+        if backend is None or backend.leaving:  # discovery removed it since the pick: fail at once, retriable
+            return asyncio.ensure_future(self._gone(address))
+        backend.stats.started()  # counted now, so requests choosing in the same instant see it
+        began = [False]
+        task = asyncio.ensure_future(self._attempt(backend, request, per_try, left, request_id, began))
+        task.add_done_callback(lambda _: None if began[0] else self._never_ran(backend))
+        return task
 
     async def infer(
         self,
@@ -209,137 +203,9 @@ class Dispatcher:
         requested_s: float | None = None,
     ) -> tuple[pb.ModelInferResponse, str]:
         """Get one reply within `timeout_s` from some backend; `requested_s` is the client's whole deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout_s
         candidates = await self._candidates(info, deadline, requested_s or timeout_s)
-        self.budget.active_requests += 1
-        pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}
-        watch = self.stalls.watch()
-        last: AttemptFailed | None = None
-        slow: AttemptFailed | None = None  # once an attempt was merely slow, nothing more is sent
-        next_index = 1
-
-        def launch(index: int) -> None:
-            nonlocal next_index
-            next_index = index + 1
-            is_retry = index > 0
-            left = deadline - loop.time()
-            per_try = min(left, self.settings.per_try_timeout_s)
-            backend = self.pool.backends.get(candidates[index])
-            if backend is None or backend.leaving:  # discovery removed it since the pick: fail at once, retriable
-                pending[asyncio.ensure_future(self._gone(candidates[index]))] = (candidates[index], is_retry)
-                return
-            backend.stats.started()  # counted now, so requests choosing in the same instant see it
-            began = [False]
-            task = asyncio.ensure_future(self._attempt(backend, request, per_try, left, request_id, began))
-            task.add_done_callback(lambda _: None if began[0] else self._never_ran(backend))
-            pending[task] = (candidates[index], is_retry)
-            watch.add(candidates[index])
-
-        def following(skip_full: bool) -> int | None:
-            """The next unused candidate (not known to be full, when `skip_full`), if any."""
-            for index in range(next_index, len(candidates)):
-                if not (skip_full and self.pool.known_full(candidates[index])):
-                    return index
-            return None
-
-        resend_owed = 0  # second attempts owed to attempts stuck on a backend that stopped answering
-        budget_wait: asyncio.Task[bool] | None = None  # a retry slot being waited for, for one of those
-        try:
-            launch(0)
-            hedge_delay = self._hedge_delay_s()
-            hedge_at = None if hedge_delay is None else loop.time() + hedge_delay
-            while pending:
-                now = loop.time()
-                wait_until = deadline if hedge_at is None else min(deadline, hedge_at)
-                woken, waited = watch.woken, budget_wait
-                helpers = [woken] if waited is None else [woken, waited]
-                done, _ = await asyncio.wait(
-                    [*pending, *helpers], timeout=max(0.0, wait_until - now), return_when=asyncio.FIRST_COMPLETED
-                )
-                if woken in done:
-                    stuck_on = {address for address, _ in pending.values()}
-                    resend_owed += sum(1 for address in watch.take() if address in stuck_on)
-                if waited is not None and waited in done:
-                    got, budget_wait = waited.result(), None
-                    index = following(skip_full=True)
-                    if got and (slow is not None or index is None):
-                        self.budget.release()
-                    elif got and index is not None:
-                        self.stalls.resent += 1
-                        resend_owed -= 1
-                        launch(index)
-                    else:
-                        resend_owed = 0  # no slot before the deadline
-                while resend_owed and budget_wait is None:
-                    index = following(skip_full=True)
-                    if slow is not None or index is None:
-                        resend_owed = 0
-                    elif self.budget.try_acquire():
-                        self.stalls.resent += 1
-                        resend_owed -= 1
-                        launch(index)
-                    else:  # wait for a slot while the stuck attempt may still answer
-                        budget_wait = asyncio.ensure_future(self.budget.acquire(deadline - loop.time()))
-                done -= {woken, waited}
-                if not done:
-                    now = loop.time()
-                    if now >= deadline:
-                        raise deadline_error(requested_s or timeout_s)
-                    if hedge_at is not None and now >= hedge_at:
-                        hedge_at = None  # the hedge moment: one extra attempt, if the budget allows
-                        index = following(skip_full=True)
-                        if slow is None and index is not None and self.budget.try_acquire():
-                            self.hedges += 1
-                            launch(index)
-                    continue
-                for task in done:
-                    address, is_retry = pending.pop(task)
-                    watch.discard(address)
-                    if is_retry:
-                        self.budget.release()
-                    error = task.exception()
-                    if error is None:
-                        return task.result(), address
-                    if not isinstance(error, AttemptFailed):
-                        raise error
-                    if error.slow:
-                        slow = error
-                    elif not error.retriable:
-                        raise error.error
-                    last = error
-                if pending or slow is not None or last is None or loop.time() >= deadline:
-                    continue
-                index = following(skip_full=last.busy)
-                if index is None:
-                    continue
-                # A full worker's refusal moves on at once or not at all: waiting for budget would pile up load.
-                if self.budget.try_acquire() if last.busy else await self.budget.acquire(deadline - loop.time()):
-                    launch(index)
-                    hedge_delay = self._hedge_delay_s()  # a retry gets its own hedge moment
-                    hedge_at = None if hedge_delay is None else loop.time() + hedge_delay
-            if slow is not None:
-                raise slow.error
-            if loop.time() >= deadline:
-                raise deadline_error(requested_s or timeout_s)
-            assert last is not None
-            raise last.error
-        finally:
-            self.budget.active_requests -= 1
-            watch.close()
-            if budget_wait is not None:
-                if budget_wait.done():
-                    if budget_wait.result():
-                        self.budget.release()  # a slot handed over that no attempt used
-                else:
-                    budget_wait.cancel()  # acquire passes on a slot handed over as it is cancelled
-                    await asyncio.gather(budget_wait, return_exceptions=True)
-            for task, (_, is_retry) in pending.items():
-                task.cancel()
-                if is_retry:
-                    self.budget.release()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+        return await Attempts(self, request, request_id, candidates, deadline, requested_s or timeout_s).run()
 
 
 __all__ = ["Dispatcher", "GatewayError"]

@@ -104,8 +104,11 @@ class HealthChecker:
         return "ok" if reply.status == SERVING else "not_serving"
 
     async def answers(self, backend: Backend) -> bool:
-        """Check gRPC health once, now: True when SERVING; a timeout also reports the backend stalled."""
+        """Check gRPC health once, now: True when SERVING; otherwise the backend is in doubt (and stalled on a
+        timeout)."""
         result = await self._health(backend)
+        if result != "ok":
+            backend.health.doubted_at = self._clock()
         if result == HEALTH_TIMED_OUT:
             self._on_stall(backend)
         return result == "ok"
@@ -141,6 +144,7 @@ class HealthChecker:
             if health.not_serving():
                 log.info("backend %s says NOT_SERVING (%s)", backend.address, health.state(now))
         else:
+            health.doubted_at = now
             went_out = health.check_failed(self._settings.unhealthy_threshold)
             if went_out:
                 log.warning("backend %s is unhealthy: %s", backend.address, result)

@@ -204,9 +204,14 @@ class BackendPool:
         backend = self.backends.get(address)
         return backend is not None and known_full(backend, self.clock(), self._settings.max_report_age_s)
 
-    async def still_answers(self, backend: Backend) -> bool:
-        """Whether the backend passes a health check now: a slow request on it is slow, not a failure."""
-        return backend.health.healthy and await self.checker.answers(backend)
+    async def still_answers(self, backend: Backend, since: float) -> bool:
+        """Whether the backend answered every health check since `since` and answers one now.
+
+        Then a request that outlasted its per-try timeout there is slow, not stuck on a failed backend
+        (a SIGSTOPped worker that resumed in time for the last check still failed the ones in between).
+        """
+        health = backend.health
+        return health.healthy and health.doubted_at < since and await self.checker.answers(backend)
 
     def _stalled(self, backend: Backend) -> None:
         """A health check of `backend` timed out or took it out: tell the dispatcher, whose calls there are stuck."""

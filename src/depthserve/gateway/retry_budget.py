@@ -27,6 +27,10 @@ class RetryBudget:
         """Retries that may be in flight now."""
         return max(self.min_retry_concurrency, int(self.active_requests * self.budget_percent / 100.0))
 
+    def free(self) -> bool:
+        """Whether a retry could take a slot now without overtaking one that waits."""
+        return not self._waiters and self.active_retries < self.allowed()
+
     def try_acquire(self) -> bool:
         """Take a retry slot if the budget has one; the caller must `release` it when the retry ends."""
         if self.active_retries >= self.allowed():
