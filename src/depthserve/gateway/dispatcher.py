@@ -109,9 +109,11 @@ class Dispatcher:
             # The client's own deadline running out says nothing about the backend; a per-try timeout does.
             fault = code not in NOT_BACKEND_FAULTS and (code != grpc.StatusCode.DEADLINE_EXCEEDED or per_try_timeout)
             outcome = "failed" if fault else "abandoned"  # answered, but neither a result nor its fault: no sample
+            failure = from_rpc_error(error, address)
+            # Only a 5xx may go elsewhere: a reply too large for a message (413) is too large from any worker.
+            retriable = (code in RETRIABLE or per_try_timeout) and failure.status >= 500
             busy = code == grpc.StatusCode.RESOURCE_EXHAUSTED
-            retriable = code in RETRIABLE or per_try_timeout
-            raise AttemptFailed(from_rpc_error(error, address), retriable, busy=busy) from None
+            raise AttemptFailed(failure, retriable, busy=busy) from None
         except asyncio.CancelledError:
             if call is not None:
                 call.cancel()  # a lost hedge or an expired request: stop the work on the backend too
