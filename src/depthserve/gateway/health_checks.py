@@ -104,8 +104,7 @@ class HealthChecker:
         return "ok" if reply.status == SERVING else "not_serving"
 
     async def answers(self, backend: Backend) -> bool:
-        """Check gRPC health once, now: True when SERVING; otherwise the backend is in doubt (and stalled on a
-        timeout)."""
+        """Check gRPC health once, now: True when SERVING, else mark the backend in doubt (stalled on a timeout)."""
         result = await self._health(backend)
         if result != "ok":
             backend.health.doubted_at = self._clock()
