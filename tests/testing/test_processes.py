@@ -36,6 +36,37 @@ def test_a_killed_test_run_leaves_no_worker_behind(tmp_path: Path) -> None:
     assert not pid_alive(worker), "the worker outlived the process that started it"
 
 
+THREADED = """
+import sys, threading, time
+from pathlib import Path
+from depthserve.testing.processes import start_worker
+started = []
+thread = threading.Thread(target=lambda: started.append(start_worker(Path(sys.argv[1]))))
+thread.start()
+thread.join()  # the thread that forked the worker has ended; the process goes on
+time.sleep(3)
+print(started[0][0].pid, started[0][0].alive(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_started_from_a_thread_outlives_that_thread_but_not_the_process(tmp_path: Path) -> None:
+    """prctl's parent-death signal follows the forking thread: a worker started from a pool died with it."""
+    script = tmp_path / "threaded.py"
+    script.write_text(THREADED)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid, alive = parent.stdout.readline().split()
+    worker = int(pid)
+    assert alive == "True", "the worker died when the thread that started it ended"
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while pid_alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(worker), "the worker outlived the process that started it"
+
+
 def test_a_child_whose_launcher_already_died_stops_at_once() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid that no longer runs, as a launcher killed before its child started

@@ -18,8 +18,7 @@ from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 class Proc:
     """A depthserve child process with its log, stopped by `stop()` or the context manager.
 
-    It ends when the thread that started it ends (Linux's parent-death signal follows the thread), so
-    start it from a thread that outlives it, such as the test's own, not from a short-lived pool thread.
+    It also stops when the process that started it exits, even by SIGKILL (see parent_death.py).
     """
 
     def __init__(
