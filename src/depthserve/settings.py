@@ -235,6 +235,9 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     max_in_flight: int = Field(256, ge=1, description="requests the gateway forwards at once, all models")
     model_limits: dict[str, int] = Field(default_factory=dict, description="per model name: its in-flight cap")
     max_queue: int = Field(512, ge=0, description="requests waiting for admission before 503 queue_full")
+    max_queue_wait_s: float = Field(
+        5.0, gt=0, description="refuse at once (503 queue_full) a request expected to wait longer than this in queue"
+    )
     rate_limit: str | None = Field(None, description="default per-key/per-address limit, e.g. '50/s burst 100'")
     rate_limits: dict[str, str] = Field(default_factory=dict, description="per API key name: its rate limit")
     api_keys_file: Path | None = Field(None, description="file of NAME:SHA256 or NAME:plain:KEY lines")

@@ -1,4 +1,5 @@
-"""5x overload of two small-queue workers: refusals come at the door, each a 503 with Retry-After, not retried.
+"""5x overload of two small-queue workers from one client: its surplus is refused at the door, each a 503
+with Retry-After and not retried, while a light client beside it is still served every time.
 
 Every request is counted: answered, refused (by reason), or anything else (which must not happen).
 """
@@ -13,10 +14,11 @@ import httpx
 
 from depthserve.testing.processes import start_gateway, start_worker
 
-SERVICE_MS = 100  # each worker serves 10/s: 20/s together
+SERVICE_MS = 200  # each worker serves 5/s: 10/s together
 QUEUE_LIMIT = 2
-RATE = 100.0  # 5x capacity
+RATE = 50.0  # 5x capacity, from one client
 SECONDS = 3.0
+LIGHT_RATE = 2.0  # a second client, well within a fair share
 
 
 async def test_five_times_overload_is_refused_at_the_door_without_a_retry_storm(tmp_path: Path, rgb_png: bytes) -> None:
@@ -34,9 +36,10 @@ async def test_five_times_overload_is_refused_at_the_door_without_a_retry_storm(
         for i in range(2)
     ]
     config = tmp_path / "overload.yaml"
-    config.write_text("probe_inference_every: 0\n")
+    config.write_text("probe_inference_every: 0\nmax_queue_wait_s: 0.5\n")
     gateway, url = start_gateway(tmp_path, [address for _, address in workers], "--config", str(config))
     outcomes: Counter[tuple[int, str]] = Counter()
+    light: Counter[tuple[int, str]] = Counter()
     without_retry_after = 0
 
     async def one(client: httpx.AsyncClient) -> None:
@@ -47,13 +50,22 @@ async def test_five_times_overload_is_refused_at_the_door_without_a_retry_storm(
         if reply.status_code == 503 and "retry-after" not in reply.headers:
             without_retry_after += 1
 
+    async def light_client() -> None:
+        transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address="127.0.0.2")
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            for _ in range(int(LIGHT_RATE * SECONDS)):
+                reply = await client.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"})
+                light[reply.status_code, "" if reply.status_code == 200 else reply.json().get("reason", "")] += 1
+                await asyncio.sleep(1.0 / LIGHT_RATE)
+
     try:
         async with httpx.AsyncClient(http2=True, http1=False, timeout=30) as client:
             sending = []
+            beside = asyncio.create_task(light_client())
             for _ in range(int(RATE * SECONDS)):
                 sending.append(asyncio.create_task(one(client)))
                 await asyncio.sleep(1.0 / RATE)
-            await asyncio.gather(*sending)
+            await asyncio.gather(*sending, beside)
         view = httpx.get(f"{url}/v1/cluster", timeout=5).json()
         answered = outcomes[200, ""]
         refused = sum(count for (status, _), count in outcomes.items() if status == 503)
@@ -61,12 +73,13 @@ async def test_five_times_overload_is_refused_at_the_door_without_a_retry_storm(
         print(
             f"\n5x overload: sent {len(sending)}, answered {answered}, refused {refused} "
             f"{dict(outcomes)}, retries {retries} ({retries / max(refused, 1):.3f} per refusal), "
-            f"refused at the door {view['admission']['rejected']}"
+            f"refused by admission {view['admission']['rejected']}; light client {dict(light)}"
         )
         assert answered + refused == len(sending)  # every request answered or refused: no 5xx else, no timeout
         assert answered > 0 and refused > 0 and without_retry_after == 0
         assert retries < 0.1 * refused  # a full worker's refusal is not retried onto another full worker
-        assert view["admission"]["rejected"].get("pool_full", 0) > 0  # most refused before reaching a worker
+        assert view["admission"]["rejected"].get("queue_full", 0) > 0  # refused before reaching a worker
+        assert light == Counter({(200, ""): int(LIGHT_RATE * SECONDS)})  # the light client takes its turns
     finally:
         gateway.stop()
         for proc, _ in workers:

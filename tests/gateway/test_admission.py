@@ -269,14 +269,96 @@ def test_random_admit_and_cancel_never_exceed_limits(seed: int, max_in_flight: i
     asyncio.run(scenario())
 
 
-async def test_a_pool_with_no_queue_room_is_refused_at_the_door_and_unknown_room_admits() -> None:
-    room: dict[str, int | None] = {"full": 0, "open": 3, "unknown": None}
-    controller = AdmissionController(max_in_flight=8, max_queue=8, room=room.__getitem__)
+async def test_the_workers_capacity_caps_a_model_and_unknown_capacity_caps_nothing() -> None:
+    capacity: dict[str, int | None] = {"capped": 2, "unknown": None}
+    controller = AdmissionController(max_in_flight=8, max_queue=8, capacity=capacity.__getitem__)
+    order: list[str] = []
+    holders = [Holder(controller, order, str(i), model="capped") for i in range(3)]
+    tasks = [holder.start() for holder in holders]
+    await until(lambda: controller.queued["normal"] == 1)
+    assert controller.model_in_flight("capped") == 2  # the third waits in the gateway, not at a worker
+    async with controller.admit("unknown", later()), controller.admit("unknown", later()):
+        assert controller.model_in_flight("unknown") == 2  # a fresh gateway (no reports yet) still admits
+    holders[0].release.set()
+    await holders[2].entered.wait()
+    for holder in holders:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0
+
+
+async def test_clients_take_turns_however_long_one_clients_line_is() -> None:
+    controller = AdmissionController(max_in_flight=1, max_queue=100)
+    order: list[str] = []
+    entered: dict[str, asyncio.Event] = {}
+    release = asyncio.Event()
+
+    async def request(name: str, client: str) -> None:
+        entered[name] = asyncio.Event()
+        async with controller.admit("m", later(), client=client):
+            order.append(name)
+            await release.wait()
+
+    gate = asyncio.create_task(request("gate", "heavy"))
+    await until(lambda: controller.in_flight == 1)
+    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(5)]
+    await until(lambda: controller.queued["normal"] == 5)
+    tasks += [asyncio.create_task(request(f"l{i}", "light")) for i in range(2)]
+    await until(lambda: controller.queued["normal"] == 7)
+    release.set()  # every holder leaves at once: the order is the order of hand-over
+    await asyncio.gather(gate, *tasks)
+    assert order == ["gate", "h0", "l0", "h1", "l1", "h2", "h3", "h4"]
+
+
+async def test_a_full_room_turns_the_heavy_client_away_and_sheds_for_a_light_one() -> None:
+    controller = AdmissionController(max_in_flight=1, max_queue=3)
+    release = asyncio.Event()
+    outcomes: dict[str, str] = {}
+
+    async def request(name: str, client: str) -> None:
+        try:
+            async with controller.admit("m", later(), client=client):
+                await release.wait()
+            outcomes[name] = "ok"
+        except GatewayError as error:
+            outcomes[name] = error.reason
+
+    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(4)]
+    await until(lambda: controller.in_flight == 1 and controller.queued["normal"] == 3)
+    await request("h4", "heavy")  # the heavy client has the longest line: its newcomer is turned away
+    assert outcomes["h4"] == "queue_full"
+    tasks.append(asyncio.create_task(request("l0", "light")))
+    await until(lambda: "h3" in outcomes)  # the light newcomer took the heavy client's newest place
+    assert outcomes["h3"] == "queue_full" and controller.shed == 1
+    release.set()
+    await asyncio.gather(*tasks)
+    assert outcomes == {"h0": "ok", "h1": "ok", "h2": "ok", "h3": "queue_full", "h4": "queue_full", "l0": "ok"}
+
+
+async def test_a_request_that_would_wait_past_its_budget_is_refused_at_the_door() -> None:
+    clock = FakeClock()
+    controller = AdmissionController(max_in_flight=1, max_queue=100, clock=clock, max_queue_wait_s=1.0)
+    for _ in range(10):  # served at 10 requests per second
+        async with controller.admit("m", clock() + 60):
+            clock.advance(0.1)
+    order: list[str] = []
+    holder = Holder(controller, order, "a", clock=clock)
+    tasks = [holder.start()]
+    await holder.entered.wait()
+    queued = [Holder(controller, order, f"q{i}", clock=clock) for i in range(9)]
+    tasks += [q.start() for q in queued]
+    await until(lambda: controller.queued["normal"] == 9)  # 9 ahead at 10/s: a tenth would wait ~1 s
     with pytest.raises(GatewayError) as info:
-        async with controller.admit("full", later()):
+        async with controller.admit("m", clock() + 60):
             pytest.fail("must not be admitted")
-    err = info.value
-    assert (err.status, err.reason) == (503, "pool_full") and err.retry_after is not None and err.retry_after >= 1
-    assert controller.rejected["pool_full"] == 1 and controller.in_flight == 0 and sum(controller.queued.values()) == 0
-    async with controller.admit("open", later()), controller.admit("unknown", later()):
-        assert controller.in_flight == 2  # a fresh gateway (no reports yet) still admits
+    assert info.value.reason == "queue_full" and "about 1.0s" in info.value.message
+    assert controller.queued["normal"] == 9  # refused at the door, not queued
+    # Another client is served at half the rate (two clients take turns): ~0.2 s, over half of 0.3 s.
+    with pytest.raises(GatewayError) as info:
+        async with controller.admit("m", clock() + 0.3, client="other"):
+            pytest.fail("must not be admitted")
+    assert info.value.reason == "queue_full" and controller.queued["normal"] == 9
+    holder.release.set()
+    for q in queued:
+        q.release.set()
+    await asyncio.gather(*tasks)

@@ -56,11 +56,13 @@ def test_a_worker_started_from_a_thread_outlives_that_thread_but_not_the_process
     script.write_text(THREADED)
     parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
-    pid, alive = parent.stdout.readline().split()
-    worker = int(pid)
-    assert alive == "True", "the worker died when the thread that started it ended"
-    parent.kill()
-    parent.wait()
+    try:
+        pid, alive = parent.stdout.readline().split()
+        worker = int(pid)
+        assert alive == "True", "the worker died when the thread that started it ended"
+    finally:
+        parent.kill()
+        parent.wait()
     deadline = time.monotonic() + 30
     while pid_alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)

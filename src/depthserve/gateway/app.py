@@ -84,7 +84,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     pool = BackendPool(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
     dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
-    edge = Edge(settings, room=pool.room)  # admission refuses at once when the model's workers are all full
+    edge = Edge(settings, capacity=pool.concurrency)  # surplus waits in the gateway's fair queue
     forwarder = Forwarder(settings, dispatcher, edge)
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)

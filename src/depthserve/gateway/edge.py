@@ -21,16 +21,21 @@ class Edge:
         self,
         settings: GatewaySettings,
         clock: Callable[[], float] = time.monotonic,
-        room: Callable[[str], int | None] | None = None,
+        capacity: Callable[[str], int | None] | None = None,
     ) -> None:
-        """`room` gives, per model, the requests its backends can still queue (the pool's `room`)."""
+        """`capacity` gives, per model, the requests its workers hold without a long queue (the pool's)."""
         self.clock = clock
         self.keys = ApiKeys.from_sources(settings.api_keys_file, os.environ.get(ENV_VAR))
         default = Limit.parse(settings.rate_limit) if settings.rate_limit else None
         per_key = {name: Limit.parse(text) for name, text in settings.rate_limits.items()}
         self.limiter = RateLimiter(default, per_key, clock=clock)
         self.admission = AdmissionController(
-            settings.max_in_flight, settings.max_queue, settings.model_limits, clock, room
+            settings.max_in_flight,
+            settings.max_queue,
+            settings.model_limits,
+            clock,
+            capacity,
+            settings.max_queue_wait_s,
         )
         self.protect_health = settings.protect_health
         self.uploads = upload_budget(settings)  # request bodies, read before admission

@@ -85,7 +85,7 @@ class Forwarder:
         edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
-            async with edge.admission.admit(model, deadline, edge.priority(headers)):
+            async with edge.admission.admit(model, deadline, edge.priority(headers), who):
                 left = deadline - edge.clock()
                 info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
                 message = cast(pb.ModelInferRequest, request)  # the stub sends a WireRequest as it is

@@ -24,7 +24,7 @@ from depthserve.gateway.backend import Backend
 from depthserve.gateway.backend_slots import SlotQueue
 from depthserve.gateway.backend_spec import BackendSpec, parse_backend
 from depthserve.gateway.backend_stats import BackendStats
-from depthserve.gateway.capacity import known_full, pool_room
+from depthserve.gateway.capacity import known_full, pool_concurrency
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.health_checks import HealthChecker
 from depthserve.gateway.outlier import OutlierDetector
@@ -194,10 +194,9 @@ class BackendPool:
             )
         return self.snapshot(request.model, version)
 
-    def room(self, model: str) -> int | None:
-        """Requests the model's eligible backends can still queue, by their load reports; None when unknown."""
-        now = self.clock()
-        return pool_room(self.eligible(now, model), now, self._settings.max_report_age_s)
+    def concurrency(self, model: str) -> int | None:
+        """Requests the model's eligible backends can hold without a long queue, by their reports; None: unknown."""
+        return pool_concurrency(self.eligible(self.clock(), model))
 
     def known_full(self, address: str) -> bool:
         """Whether a fresh load report says this backend's queue is full (an unknown backend is not)."""

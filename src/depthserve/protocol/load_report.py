@@ -17,6 +17,7 @@ class LoadReport:
     queue_limit: int = 0  # most requests the worker holds waiting before RESOURCE_EXHAUSTED; 0 = unknown
     running: int = 0
     max_batch: int = 1
+    slots: int = 0  # requests the worker runs at once (batch size x concurrent batches); 0 = unknown
     batch_size: int = 0  # items in the most recent batch (running or last run); 0 = none yet
     gpu_util: float = 0.0
     # What the memory and temperature describe: "cuda" (NVML), "cpu" (the process's resident memory

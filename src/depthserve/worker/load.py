@@ -27,6 +27,7 @@ class LoadReporter:
             queue_limit=batcher.queue_limit,
             running=batcher.running,
             max_batch=batcher.max_batch,
+            slots=batcher.max_batch * device.slots,
             batch_size=batcher.last_batch_size,
             gpu_util=device.utilisation() if sample.util is None else sample.util,
             device=sample.device,

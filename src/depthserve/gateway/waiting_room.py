@@ -1,0 +1,116 @@
+"""The admission queue: strict priority between classes, round robin between clients within one.
+
+Under overload one client sending five times the pool's capacity must not starve the others: each
+client waits in its own line, and a freed slot goes to the next client in turn (deficit round robin
+with unit costs), so a light client's request is served about as soon as a slot frees however long
+the heavy client's line is. When the whole room is full, the newest waiter of the client with the
+longest line makes way for a client with a shorter one, and the heavy client's newcomers are turned
+away at the door instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PRIORITIES = ("high", "normal", "low")  # served in this order; shed from the end
+RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One queued request; `future` resolves when a slot is handed to it."""
+
+    model: str
+    priority: str
+    client: str
+    future: asyncio.Future[None]
+
+
+class WaitingRoom:
+    """Waiters by priority, then by client in turn; one line (FIFO) per client and priority."""
+
+    def __init__(self) -> None:
+        # OrderedDict order is the turn order: a client served moves to the back.
+        self._lines: dict[str, OrderedDict[str, deque[Waiter]]] = {name: OrderedDict() for name in PRIORITIES}
+        self._size = 0
+        self._per_client: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def counts(self) -> dict[str, int]:
+        """Waiters per priority, for metrics."""
+        return {name: sum(len(line) for line in lines.values()) for name, lines in self._lines.items()}
+
+    def waiting(self, client: str) -> int:
+        """Waiters of one client, all priorities."""
+        return self._per_client.get(client, 0)
+
+    def clients(self) -> int:
+        """Clients with at least one waiter."""
+        return len(self._per_client)
+
+    def push(self, waiter: Waiter) -> None:
+        """Queue a waiter at the back of its client's line."""
+        lines = self._lines[waiter.priority]
+        line = lines.get(waiter.client)
+        if line is None:
+            line = lines[waiter.client] = deque()
+        line.append(waiter)
+        self._size += 1
+        self._per_client[waiter.client] = self._per_client.get(waiter.client, 0) + 1
+
+    def remove(self, waiter: Waiter) -> bool:
+        """Take a waiter out wherever it stands; False when it is not queued (already served or shed)."""
+        line = self._lines[waiter.priority].get(waiter.client)
+        if line is None or waiter not in line:
+            return False
+        line.remove(waiter)
+        self._dropped(waiter, line)
+        return True
+
+    def next_to_serve(self, can_run: Callable[[str], bool]) -> Waiter | None:
+        """Take the next waiter whose model can run: highest priority first, then clients in turn."""
+        for lines in self._lines.values():
+            for client, line in lines.items():
+                waiter = next((w for w in line if can_run(w.model)), None)
+                if waiter is None:
+                    continue
+                line.remove(waiter)
+                if line:
+                    lines.move_to_end(client)  # its turn is used: the other clients go first
+                self._dropped(waiter, line)
+                return waiter
+        return None
+
+    def victim_for(self, priority: str, client: str) -> Waiter | None:
+        """Whom a newcomer may push out of a full room, or None when the newcomer itself is turned away.
+
+        The newest waiter of the longest line at a lower priority; else, at the newcomer's own priority,
+        the newest waiter of the longest line if that line is another client's and longer than its own.
+        """
+        for victim_priority in reversed(PRIORITIES):
+            lines = self._lines[victim_priority]
+            if not lines:
+                if victim_priority == priority:
+                    return None
+                continue
+            heaviest, line = max(lines.items(), key=lambda item: len(item[1]))
+            if victim_priority != priority:
+                return line[-1]
+            own = len(lines.get(client, ()))
+            return line[-1] if heaviest != client and len(line) > own + 1 else None
+        return None
+
+    def _dropped(self, waiter: Waiter, line: deque[Waiter]) -> None:
+        if not line:
+            del self._lines[waiter.priority][waiter.client]
+        self._size -= 1
+        left = self._per_client[waiter.client] - 1
+        if left:
+            self._per_client[waiter.client] = left
+        else:
+            del self._per_client[waiter.client]
