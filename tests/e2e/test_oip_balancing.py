@@ -113,13 +113,19 @@ def test_grpc_over_tls_with_the_gateway_certificate(tmp_path: Path) -> None:
         + ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)],
         tmp_path / "gw.log",
     )
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}", ssl=True, root_certificates=str(pki.ca))
+    target = f"127.0.0.1:{grpc_port}"
+    client = grpcclient.InferenceServerClient(target, ssl=True, root_certificates=str(pki.ca))
 
     def ready() -> bool:
+        # A fresh channel per look: one dialled before the port listened backs off for longer and longer,
+        # and on a loaded machine could miss the whole wait.
+        probe = grpcclient.InferenceServerClient(target, ssl=True, root_certificates=str(pki.ca))
         try:
-            return bool(client.is_server_ready())
+            return bool(probe.is_server_ready(client_timeout=5))
         except InferenceServerException:
             return False
+        finally:
+            probe.close()
 
     try:
         wait_until(ready, gateway, 30)
