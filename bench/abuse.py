@@ -3,7 +3,8 @@
 One loopback cluster: two synthetic workers (20 ms per request, 100 req/s together) and a gateway with
 its default admission limits, a 5 s request deadline and a 5 s upload timeout (--request-timeout-s,
 --upload-timeout-s; any other gateway setting from DEPTHSERVE_GATEWAY_* in the environment). Normal
-clients (httpx, HTTP/2, all from 127.0.0.2) offer an open-loop Poisson load at 50% of capacity in every
+clients (httpx, HTTP/2, four of them, each from its own address: 127.0.0.2, .6, .7, .8, as separate users
+are) offer an open-loop Poisson load at 50% of capacity together in every
 run. Runs come in pairs on one fresh gateway: quiet (normal traffic only), then the same with one attack
 from its own address, run by bench/abuse_attacks.py in its own process:
 
@@ -17,7 +18,10 @@ from its own address, run by bench/abuse_attacks.py in its own process:
 Per run: normal clients' success and p50/p99 (of successes), p99 against the quiet run just before it,
 the gateway's peak RSS (VmHWM summed over its process tree: the pair's gateway is fresh, so the attack
 row is the peak of both runs), the p99 of every 503 any measured client got (normal and overload), the
-gateway's retries (from /v1/cluster) per 503, and the 1-minute load average when the run ended.
+gateway's retries (from /v1/cluster) per 503, and the 1-minute load average when the run ended. In
+overload runs the 503 p99 is timed by a probe process sending one request at a time (20/s) from the
+attacker's address: the generator's own timings at 500 req/s include its event loop's lag (shown in
+the attack column). `--pin` puts the gateway alone on core 0 and everything else on the other cores.
 
     python bench/abuse.py [--rounds 2] [--duration 8] [--attack-size 1,2] [--markdown out.md] [--smoke]
 """
@@ -54,10 +58,10 @@ from depthserve.testing.samples import png_bytes, seeded_image
 SERVICE_MS = 20.0
 WORKERS = 2
 CAPACITY = WORKERS * 1000.0 / SERVICE_MS
-NORMAL_SOURCE = "127.0.0.2"
-NORMAL_CLIENTS = 4
+NORMAL_SOURCES = ("127.0.0.2", "127.0.0.6", "127.0.0.7", "127.0.0.8")  # four normal clients, one address each
 ATTACKS = {"slow-upload": "127.0.0.3", "unread-reply": "127.0.0.4", "overload": "127.0.0.5"}
 ATTACKER = Path(__file__).with_name("abuse_attacks.py")
+PROBE_RATE = 20.0  # requests a second the refusal probe sends, one at a time
 COLUMNS = (
     "round",
     "run",
@@ -68,6 +72,7 @@ COLUMNS = (
     "p99 ms",
     "p99 ÷ quiet",
     "gateway peak RSS MB",
+    "gateway CPU %",
     "503 p99 ms",
     "retries per 503",
     "load avg",
@@ -103,7 +108,9 @@ class Run:
     normal: Normal
     quiet_p99: float
     rss_mb: float
+    cpu_percent: float
     refused_ms: list[float]
+    probe_ms: list[float]  # 503s the probe from the attacker's address got, timed without load-generator lag
     retries: int | None
     load: float
     attack: str
@@ -118,9 +125,9 @@ async def normal_traffic(
     rng = random.Random(0)
     clients = [
         httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=NORMAL_SOURCE), timeout=timeout_s
+            transport=httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=source), timeout=timeout_s
         )
-        for _ in range(NORMAL_CLIENTS)
+        for source in NORMAL_SOURCES
     ]
 
     async def one(client: httpx.AsyncClient) -> None:
@@ -144,7 +151,7 @@ async def normal_traffic(
     try:
         while next_at < duration:
             await asyncio.sleep(max(0.0, start + next_at - time.perf_counter()))  # yields even when behind
-            tasks.append(asyncio.create_task(one(clients[stats.sent % NORMAL_CLIENTS])))
+            tasks.append(asyncio.create_task(one(clients[stats.sent % len(clients)])))
             stats.sent += 1
             next_at += rng.expovariate(rate)
         on_end()
@@ -162,8 +169,11 @@ async def normal_traffic(
 class Attacker:
     """bench/abuse_attacks.py in a child process: ready once at full strength, counts back when stopped."""
 
-    def __init__(self, kind: str, port: int, size: float, factor: float, grace_s: float, log: Path) -> None:
-        command = [sys.executable, str(ATTACKER), kind, "--port", str(port), "--source", ATTACKS[kind]]
+    def __init__(
+        self, kind: str, port: int, size: float, factor: float, grace_s: float, log: Path, source_of: str = ""
+    ) -> None:
+        source = ATTACKS[source_of or kind]
+        command = [sys.executable, str(ATTACKER), kind, "--port", str(port), "--source", source]
         command += ["--size", str(size), "--rate", str(factor * CAPACITY), "--grace-s", str(grace_s)]
         self.log = log
         with log.open("wb") as errors:
@@ -208,6 +218,33 @@ def peak_rss_mb(pid: int) -> float:
     return total_kib / 1024
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) summed over a process tree, so a saturated gateway shows as ~100% of a core."""
+    ticks = 0
+    for member in {pid, *descendants(pid)}:
+        try:
+            with open(f"/proc/{member}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Move every thread of a process tree onto `cores` (sched_setaffinity is per thread)."""
+    for member in {pid, *descendants(pid)}:
+        try:
+            threads = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                os.sched_setaffinity(int(thread), cores)
+            except OSError:
+                continue
+
+
 def retries(url: str) -> int | None:
     """The gateway's count of attempts re-sent to another backend, or None if it cannot be read."""
     try:
@@ -222,7 +259,11 @@ def describe(kind: str, result: dict[str, Any]) -> str:
         return str(result["error"])[:120]
     if kind == "overload":
         achieved = result["sent"] / result["window_s"] if result["window_s"] else 0.0
-        return f"{result['sent']} sent, {achieved:.0f}/s of {result['rate']:.0f}/s: {result['statuses']}"
+        own = result.get("refused_ms") or [float("nan")]
+        return (
+            f"{result['sent']} sent, {achieved:.0f}/s of {result['rate']:.0f}/s: {result['statuses']}; "
+            f"503 p99 as the loaded generator timed it {np.percentile(own, 99):.0f} ms"
+        )
     counts = {k: v for k, v in result["counts"].items() if k not in ("opened", "connections")}
     held = result["replies_held"] if kind == "unread-reply" else result["holding"]
     what = "replies unread" if kind == "unread-reply" else "uploads held"
@@ -242,6 +283,8 @@ class Bench:
         flags = ["--request-timeout-s", str(self.args.request_timeout_s)]
         flags += ["--upload-timeout-s", str(self.args.upload_timeout_s)]
         gateway, url = start_gateway(self.logs, self.backends, *flags)
+        if self.args.pin:
+            pin(gateway.pid, {0})
         try:
             quiet = self.run(gateway, url, round_number, None, size, float("nan"))
             return [quiet, self.run(gateway, url, round_number, kind, size, quiet.normal.p(99))]
@@ -252,19 +295,32 @@ class Bench:
         """Normal traffic for --duration beside the attack (if any) at full strength, then every count."""
         args = self.args
         before = retries(url)
-        attacker = None
+        attacker = prober = None
         if kind is not None:
             log = self.logs / f"attack-{kind}-{time.time_ns()}.log"
-            attacker = Attacker(kind, int(url.rsplit(":", 1)[1]), size, args.overload, args.request_timeout_s + 1, log)
+            port = int(url.rsplit(":", 1)[1])
+            attacker = Attacker(kind, port, size, args.overload, args.request_timeout_s + 1, log)
             attacker.wait_ready()
+            if kind == "overload":  # from the attacker's address, timed by a process with nothing else to do
+                grace_s, probe_log = args.request_timeout_s + 1, log.with_suffix(".probe.log")
+                prober = Attacker("probe", port, 1.0, PROBE_RATE / CAPACITY, grace_s, probe_log, kind)
+                prober.wait_ready()
         timeout_s = args.request_timeout_s + 5
+        cpu_before, started = cpu_seconds(gateway.pid), time.monotonic()
         try:
-            stop = attacker.stop if attacker else lambda: None
+            def stop() -> None:
+                for each in (attacker, prober):
+                    if each is not None:
+                        each.stop()
+
             normal = asyncio.run(normal_traffic(url, args.load * CAPACITY, args.duration, timeout_s, stop))
+            cpu_percent = 100 * (cpu_seconds(gateway.pid) - cpu_before) / (time.monotonic() - started)
             result = attacker.result(timeout_s + 20) if attacker else {}
+            probed = prober.result(timeout_s + 20) if prober else {}
         finally:
-            if attacker is not None and attacker.popen.poll() is None:
-                attacker.popen.kill()
+            for each in (attacker, prober):
+                if each is not None and each.popen.poll() is None:
+                    each.popen.kill()
         after = retries(url)
         detail = ("" if gateway.alive() else "GATEWAY DIED; ") + (describe(kind, result) if kind else "-")
         return Run(
@@ -273,7 +329,9 @@ class Bench:
             normal,
             quiet_p99,
             peak_rss_mb(gateway.pid),
+            cpu_percent,
             normal.refused_ms + list(result.get("refused_ms", [])),
+            list(probed.get("refused_ms", [])),
             None if before is None or after is None else after - before,
             os.getloadavg()[0],
             detail,
@@ -287,7 +345,8 @@ def render(runs: list[Run], title: str, markdown: Path | None) -> None:
         table.add_column(column, justify="left" if column in ("run", "attack") else "right")
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for run in runs:
-        refused_p99 = float(np.percentile(run.refused_ms, 99)) if run.refused_ms else None
+        timed = run.probe_ms or run.refused_ms
+        refused_p99 = float(np.percentile(timed, 99)) if timed else None
         per_503 = run.retries / len(run.refused_ms) if run.refused_ms and run.retries is not None else None
         row = [
             str(run.round_number),
@@ -299,6 +358,7 @@ def render(runs: list[Run], title: str, markdown: Path | None) -> None:
             f"{run.normal.p(99):.1f}",
             f"{run.normal.p(99) / run.quiet_p99:.2f}" if run.label != "quiet" else "1.00",
             f"{run.rss_mb:.0f}",
+            f"{run.cpu_percent:.0f}",
             f"{refused_p99:.1f}" if refused_p99 is not None else "-",
             f"{per_503:.2f}" if per_503 is not None else f"- ({run.retries} retries)",
             f"{run.load:.1f}",
@@ -324,6 +384,9 @@ def main() -> None:
     parser.add_argument("--upload-timeout-s", type=float, default=5.0, help="the gateway's upload timeout")
     parser.add_argument("--markdown", type=Path, help="append the table to this file as markdown")
     parser.add_argument(
+        "--pin", action="store_true", help="gateway alone on core 0; workers, clients and attackers on the others"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="1 round of 2 s runs, attack size 0.25, 2 s deadline: a quick check"
     )
     args = parser.parse_args()
@@ -333,6 +396,8 @@ def main() -> None:
     kinds = args.attacks.split(",")
     if unknown := set(kinds) - set(ATTACKS):
         raise SystemExit(f"unknown attacks: {', '.join(sorted(unknown))}; choose from {', '.join(ATTACKS)}")
+    if args.pin:
+        os.sched_setaffinity(0, set(range(1, os.cpu_count() or 2)))  # inherited by workers and attackers
     runs: list[Run] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-abuse-") as tmp, Progress(console=Console(stderr=True)) as progress:
@@ -354,7 +419,7 @@ def main() -> None:
                 list(pool.map(lambda worker: worker[0].stop(), workers))
     title = (
         f"abuse: {WORKERS} synthetic workers at {SERVICE_MS:g} ms = {CAPACITY:g} req/s; normal load "
-        f"{args.load:.0%} from {NORMAL_SOURCE}; {args.duration:g} s per run; request deadline "
+        f"{args.load:.0%} from {len(NORMAL_SOURCES)} addresses; {args.duration:g} s per run; request deadline "
         f"{args.request_timeout_s:g} s, upload timeout {args.upload_timeout_s:g} s; "
         f"took {time.monotonic() - started:.0f} s"
     )

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from h2.exceptions import ProtocolError
 
@@ -309,6 +310,37 @@ async def overload(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, A
     }
 
 
+async def probe(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, Any]:
+    """One request at a time from the attacker's address, `rate` a second: how fast a refused client hears no.
+
+    The overload generator's own timings include its event loop's lag at hundreds of requests a
+    second; this probe has nothing else to do, so its timings are the gateway's.
+    """
+    body = small_png()
+    transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=args.source)
+    statuses: Counter[str] = Counter()
+    refused_ms: list[float] = []
+    async with httpx.AsyncClient(transport=transport, timeout=args.grace_s) as client:
+        await client.get(f"http://{HOST}:{args.port}/healthz")  # connected before the clock starts
+        print("ready", flush=True)
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                reply = await client.post(
+                    f"http://{HOST}:{args.port}/v1/depth", content=body, headers={"content-type": "image/png"}
+                )
+            except httpx.HTTPError as exc:
+                statuses[type(exc).__name__] += 1
+                continue
+            statuses[str(reply.status_code)] += 1
+            if reply.status_code == 503:
+                refused_ms.append((time.perf_counter() - started) * 1000.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0 / args.rate):
+                    await stop.wait()
+    return {"statuses": dict(statuses), "refused_ms": refused_ms}
+
+
 def answered(connections: list[Reconnecting], status: int | None = None) -> int:
     """Open streams whose reply headers came (with `status`, if given): replies the gateway holds for us."""
     return sum(
@@ -347,13 +379,14 @@ async def main_async(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.call_later(args.max_seconds, stop.set)
-    result = await (overload(args, stop) if args.kind == "overload" else hold_attack(args, stop))
+    run = {"overload": overload, "probe": probe}.get(args.kind, hold_attack)
+    result = await run(args, stop)
     print(json.dumps({"kind": args.kind, "size": args.size, **result}), flush=True)  # before asyncio.run's clean-up
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=("slow-upload", "unread-reply", "overload"))
+    parser.add_argument("kind", choices=("slow-upload", "unread-reply", "overload", "probe"))
     parser.add_argument("--port", type=int, required=True, help="the gateway's port on 127.0.0.1")
     parser.add_argument("--source", default="127.0.0.3", help="loopback address the attack comes from")
     parser.add_argument("--size", type=float, default=1.0, help="scales sockets, streams and the overload rate")

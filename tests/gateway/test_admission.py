@@ -40,12 +40,13 @@ class Holder:
         name: str,
         model: str = "m",
         clock: Callable[[], float] = time.monotonic,
+        client: str = "",
     ) -> None:
         self.release = asyncio.Event()
         self.entered = asyncio.Event()
 
         async def run(priority: str) -> None:
-            async with controller.admit(model, clock() + 60, priority):
+            async with controller.admit(model, clock() + 60, priority, client):
                 order.append(name)
                 self.entered.set()
                 await self.release.wait()
@@ -308,6 +309,29 @@ async def test_clients_take_turns_however_long_one_clients_line_is() -> None:
     release.set()  # every holder leaves at once: the order is the order of hand-over
     await asyncio.gather(gate, *tasks)
     assert order == ["gate", "h0", "l0", "h1", "l1", "h2", "h3", "h4"]
+
+
+async def test_a_freed_slot_goes_to_the_waiting_client_holding_fewest() -> None:
+    controller = AdmissionController(max_in_flight=2, max_queue=100)
+    order: list[str] = []
+    heavy, light = Holder(controller, order, "H0", client="heavy"), Holder(controller, order, "L0", client="light")
+
+    async def request(name: str, client: str) -> None:
+        async with controller.admit("m", later(), client=client):
+            order.append(name)
+
+    tasks = [heavy.start(), light.start()]
+    await until(lambda: controller.in_flight == 2)
+    tasks += [asyncio.create_task(request(name, "heavy")) for name in ("h1", "h2")]
+    await until(lambda: controller.queued["normal"] == 2)
+    tasks.append(asyncio.create_task(request("l1", "light")))  # queued last, the heavy line's turn first
+    await until(lambda: controller.queued["normal"] == 3)
+    light.release.set()  # the light client now holds none, the heavy one still holds H0
+    await until(lambda: "l1" in order)
+    assert order[2:] == ["l1"]  # by turns h1 would have gone first
+    heavy.release.set()
+    await asyncio.gather(*tasks)
+    assert order[2:] == ["l1", "h1", "h2"]
 
 
 async def test_a_full_room_turns_the_heavy_client_away_and_sheds_for_a_light_one() -> None:

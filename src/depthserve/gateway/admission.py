@@ -3,10 +3,10 @@
 Overload gets an immediate 503 + Retry-After (Triton's `max_queue_size`, Ray Serve's `max_queued_requests`)
 instead of an unbounded pile of requests behind busy backends. With a `capacity` source (the pool's
 view of its workers' concurrency), a model's in-flight cap follows what its workers can run now plus
-one batch queued each, so surplus waits here, where clients take turns (waiting_room.py), not in a
-worker's FIFO queue behind the heaviest client. A request that would wait longer than its budget
-(`max_queue_wait_s`, and half its remaining deadline) is refused at the door, in milliseconds, rather
-than queued to time out later.
+one batch queued each, so surplus waits here, where the client holding fewest slots goes first
+(waiting_room.py), not in a worker's FIFO queue behind the heaviest client. A request that would
+wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline) is refused at the
+door, in milliseconds, rather than queued to time out later.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.tracing import span
 
 _RATE_WINDOW = 64  # recent releases that estimate how fast the queue drains
-_CLIENT_RATE_WINDOW = 16  # recent releases of one client that estimate its own service rate
+ACTIVE_S = 1.0  # a client served this recently still shares the pool, though it holds nothing this instant
 _MAX_RETRY_AFTER = 30.0  # past this an estimate says "later", not a useful number
 CAPACITY_TTL_S = 0.05  # a model's capacity is read from the pool at most this often
 __all__ = ["PRIORITIES", "AdmissionController"]
@@ -62,7 +62,8 @@ class AdmissionController:
         self._model_in_flight: Counter[str] = Counter()
         self._client_in_flight: Counter[str] = Counter()
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
-        self._client_releases: dict[str, deque[float]] = {}  # only for clients in flight or queued
+        self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
+        self._pruned_at = float("-inf")
         self.in_flight = 0
         self.admitted = 0  # requests that got a slot and ran
         self.shed = 0  # waiters pushed out by a higher-priority or lighter client (also counted in rejected)
@@ -83,9 +84,10 @@ class AdmissionController:
     ) -> AbstractAsyncContextManager[None]:
         """Hold a slot for the body of `async with`; `deadline` is absolute on this controller's clock.
 
-        `client` is who the request is counted under (API key name or address): clients take turns in
-        the queue. Raises ValueError at once for an unknown priority (the caller answers 400), and
-        GatewayError 503 "queue_full" or "deadline" from `async with` when no slot can be had in time.
+        `client` is who the request is counted under (API key name or address): a freed slot goes to
+        the waiting client that holds the fewest. Raises ValueError at once for an unknown priority (the
+        caller answers 400), and GatewayError 503 "queue_full" or "deadline" from `async with` when no
+        slot can be had in time.
         """
         if priority not in RANK:
             raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(PRIORITIES)}")
@@ -158,17 +160,32 @@ class AdmissionController:
             )
 
     def expected_wait(self, client: str) -> float | None:
-        """Seconds a new request of `client` would queue: its line over the rate it is served at, or None.
+        """Seconds a new request of `client` would queue: its line over its share of the service rate, or None.
 
-        A client is served at least its fair share of the recent release rate (clients take turns),
-        and at least the rate its own requests were served at lately.
+        Fewest slots go first, so a client is served at least an equal share of the recent release rate
+        among the clients active lately; counting on no more keeps the estimate on the safe side (a
+        heavy client's own recent rate swings with its neighbours' bursts).
         """
         total = _rate(self._releases)
         if total is None:
             return None
-        active = len(self._client_in_flight.keys() | {client})  # clients holding slots, and this one
-        rate = max(total / max(1, active), _rate(self._client_releases.get(client, ())) or 0.0)
-        return (self._room.waiting(client) + 1) / rate
+        self._prune()
+        active = len(self._last_served.keys() | self._client_in_flight.keys() | {client})
+        return (self._room.waiting(client) + 1) * active / total
+
+    def _prune(self) -> None:
+        """Forget clients idle for ACTIVE_S (looked at most every ACTIVE_S/2): memory stays bounded."""
+        now = self._clock()
+        if now - self._pruned_at < ACTIVE_S / 2:
+            return
+        self._pruned_at = now
+        idle = [
+            client
+            for client, served in self._last_served.items()
+            if served < now - ACTIVE_S and client not in self._client_in_flight and not self._room.waiting(client)
+        ]
+        for client in idle:
+            del self._last_served[client]
 
     def _make_place(self, priority: str, client: str) -> None:
         """Make one queue place by shedding a lower-priority or heavier client's newest waiter, or reject."""
@@ -212,18 +229,16 @@ class AdmissionController:
             self._capacities.pop(model, None)
         now = self._clock()
         self._releases.append(now)
-        self._client_releases.setdefault(client, deque(maxlen=_CLIENT_RATE_WINDOW)).append(now)
+        self._last_served[client] = now
         self._client_in_flight[client] -= 1
         if not self._client_in_flight[client]:
             del self._client_in_flight[client]
-            if not self._room.waiting(client):
-                del self._client_releases[client]  # an idle client keeps nothing here
         self._dispatch()
 
     def _dispatch(self) -> None:
         """Hand free slots directly to the next waiters that can use them, skipping models at their limit."""
         while self.in_flight < self.max_in_flight and len(self._room):
-            waiter = self._room.next_to_serve(self._has_room)
+            waiter = self._room.next_to_serve(self._has_room, self._client_in_flight.__getitem__)
             if waiter is None:
                 return
             self._take(waiter.model, waiter.client)

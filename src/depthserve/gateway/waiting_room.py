@@ -1,11 +1,12 @@
-"""The admission queue: strict priority between classes, round robin between clients within one.
+"""The admission queue: strict priority between classes, and within one the client holding fewest slots.
 
 Under overload one client sending five times the pool's capacity must not starve the others: each
-client waits in its own line, and a freed slot goes to the next client in turn (deficit round robin
-with unit costs), so a light client's request is served about as soon as a slot frees however long
-the heavy client's line is. When the whole room is full, the newest waiter of the client with the
-longest line makes way for a client with a shorter one, and the heavy client's newcomers are turned
-away at the door instead.
+client waits in its own line, and a freed slot goes to the waiting client that holds the fewest slots
+now (ties in turn). That is max-min fairness of concurrency: a client asking less than an equal share
+gets all it asks as soon as a slot frees, however long the heavy client's line; clients that all ask
+more share equally. When the whole room is full, the newest waiter of the client with the longest
+line makes way for a client with a shorter one, and the heavy client's newcomers are turned away at
+the door instead.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Waiter:
 
 
 class WaitingRoom:
-    """Waiters by priority, then by client in turn; one line (FIFO) per client and priority."""
+    """Waiters by priority, then by client; one line (FIFO) per client and priority."""
 
     def __init__(self) -> None:
         # OrderedDict order is the turn order: a client served moves to the back.
@@ -72,18 +73,27 @@ class WaitingRoom:
         self._dropped(waiter, line)
         return True
 
-    def next_to_serve(self, can_run: Callable[[str], bool]) -> Waiter | None:
-        """Take the next waiter whose model can run: highest priority first, then clients in turn."""
+    def next_to_serve(self, can_run: Callable[[str], bool], holding: Callable[[str], int]) -> Waiter | None:
+        """Take the next waiter whose model can run: highest priority first, then the client `holding` the
+        fewest slots, ties in turn."""
         for lines in self._lines.values():
+            best: tuple[int, str, Waiter] | None = None
             for client, line in lines.items():
-                waiter = next((w for w in line if can_run(w.model)), None)
-                if waiter is None:
+                held = holding(client)
+                if best is not None and held >= best[0]:
                     continue
-                line.remove(waiter)
-                if line:
-                    lines.move_to_end(client)  # its turn is used: the other clients go first
-                self._dropped(waiter, line)
-                return waiter
+                waiter = next((w for w in line if can_run(w.model)), None)
+                if waiter is not None:
+                    best = (held, client, waiter)
+            if best is None:
+                continue
+            _, client, waiter = best
+            line = lines[client]
+            line.remove(waiter)
+            if line:
+                lines.move_to_end(client)  # its turn is used: among equals the other clients go first
+            self._dropped(waiter, line)
+            return waiter
         return None
 
     def victim_for(self, priority: str, client: str) -> Waiter | None:
