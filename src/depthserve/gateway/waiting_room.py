@@ -38,6 +38,7 @@ class WaitingRoom:
         self._lines: dict[str, OrderedDict[str, deque[Waiter]]] = {name: OrderedDict() for name in PRIORITIES}
         self._size = 0
         self._per_client: dict[str, int] = {}
+        self._per_model: dict[str, int] = {}  # so a hand-over asks each waiting model once, not each waiter
 
     def __len__(self) -> int:
         return self._size
@@ -63,6 +64,7 @@ class WaitingRoom:
         line.append(waiter)
         self._size += 1
         self._per_client[waiter.client] = self._per_client.get(waiter.client, 0) + 1
+        self._per_model[waiter.model] = self._per_model.get(waiter.model, 0) + 1
 
     def remove(self, waiter: Waiter) -> bool:
         """Take a waiter out wherever it stands; False when it is not queued (already served or shed)."""
@@ -76,13 +78,16 @@ class WaitingRoom:
     def next_to_serve(self, can_run: Callable[[str], bool], holding: Callable[[str], int]) -> Waiter | None:
         """Take the next waiter whose model can run: highest priority first, then the client `holding` the
         fewest slots, ties in turn."""
+        runnable = {model for model in self._per_model if can_run(model)}
+        if not runnable:
+            return None  # the common case under overload: every waiting model is at its cap
         for lines in self._lines.values():
             best: tuple[int, str, Waiter] | None = None
             for client, line in lines.items():
                 held = holding(client)
                 if best is not None and held >= best[0]:
                     continue
-                waiter = next((w for w in line if can_run(w.model)), None)
+                waiter = next((w for w in line if w.model in runnable), None)
                 if waiter is not None:
                     best = (held, client, waiter)
             if best is None:
@@ -119,8 +124,14 @@ class WaitingRoom:
         if not line:
             del self._lines[waiter.priority][waiter.client]
         self._size -= 1
-        left = self._per_client[waiter.client] - 1
-        if left:
-            self._per_client[waiter.client] = left
-        else:
-            del self._per_client[waiter.client]
+        _count_down(self._per_client, waiter.client)
+        _count_down(self._per_model, waiter.model)
+
+
+def _count_down(counts: dict[str, int], key: str) -> None:
+    """Decrement a count, dropping the key at zero so the dict holds only what is waiting."""
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -119,6 +120,7 @@ class Worker:
         await asyncio.to_thread(self.runner.load)
         self.reporter.probe = self.memory.probe = self.runner.probe(self.device)
         await warm_up(self.runner, self.settings.warmup_requests, self.settings.warmup_levels)
+        gc.freeze()  # the model and what warm-up built stay for good: keep them out of every full collection
         self.state.ready = True
         for service in ("", OIP_SERVICE, self.settings.name):
             await self.health.set(service, SERVING)
