@@ -378,9 +378,9 @@ async def hold_attack(args: argparse.Namespace, stop: asyncio.Event) -> dict[str
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    if args.kind == "overload":
-        # The generator may use every spare cycle, never the measuring clients' (normal traffic, probe): on a
-        # small machine its CPU would otherwise show up as their latency. The achieved rate is reported.
+    if args.kind != "probe":
+        # An attacker may use every spare cycle, never the measuring clients' (normal traffic, probe): on a
+        # small machine its CPU would otherwise show up as their latency. What it achieved is reported.
         os.nice(19)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

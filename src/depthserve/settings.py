@@ -259,6 +259,9 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     connection_reply_memory_mb: float = Field(
         64.0, gt=0, description="unread reply bytes one connection may hold, MiB (new requests on it get 503 beyond)"
     )
+    client_reply_memory_mb: float = Field(
+        128.0, gt=0, description="unread reply bytes all connections of one client address may hold, MiB (503 beyond)"
+    )
     max_reply_memory_mb: float | None = Field(
         None, gt=0, description="unread reply bytes held at once, all connections, MiB (503 beyond) [1/8 of memory]"
     )

@@ -113,6 +113,47 @@ def test_a_connection_over_its_budget_gets_503_before_dispatch_and_others_do_not
     asyncio.run(run())
 
 
+def test_a_request_whose_expected_reply_would_not_fit_is_refused_before_dispatch() -> None:
+    async def run() -> None:
+        budget = ReplyBudget(total_bytes=100 * PIECE_BYTES, connection_bytes=4 * PIECE_BYTES, write_timeout_s=30.0)
+        stuck = Client(1000, reads=1)
+        writing = asyncio.create_task(stuck.write(budget, os.urandom(3 * PIECE_BYTES)))
+        await until(lambda: budget.held)
+        budget.check(stuck.scope["client"], expected=PIECE_BYTES)  # a small reply still fits
+        with pytest.raises(GatewayError) as caught:  # a big one would only be made to be refused at writing
+            budget.check(stuck.scope["client"], expected=2 * PIECE_BYTES)
+        assert caught.value.reason == "reply_backlog"
+        budget.check(("127.0.0.2", 2000), expected=50 * PIECE_BYTES)  # alone, any reply may be sent
+        stuck.reading.set()
+        assert await writing
+
+    asyncio.run(run())
+
+
+def test_more_connections_from_one_address_buy_no_more_unread_replies() -> None:
+    async def run() -> None:
+        budget = ReplyBudget(
+            total_bytes=100 * PIECE_BYTES,
+            connection_bytes=4 * PIECE_BYTES,
+            write_timeout_s=30.0,
+            address_bytes=6 * PIECE_BYTES,
+        )
+        first, second = Client(1000, reads=1), Client(1001, reads=1)  # one address, two connections
+        writing = [asyncio.create_task(c.write(budget, os.urandom(3 * PIECE_BYTES))) for c in (first, second)]
+        await until(lambda: budget.held == 6 * PIECE_BYTES)
+        with pytest.raises(GatewayError) as caught:
+            budget.check(("127.0.0.2", 1002))  # a third connection of the same address, holding nothing itself
+        assert caught.value.reason == "reply_backlog" and "client address" in caught.value.message
+        budget.check(("127.0.0.9", 1002))  # another address is not held up
+        first.reading.set()
+        second.reading.set()
+        assert all(await asyncio.gather(*writing))
+        budget.check(("127.0.0.2", 1002))
+        assert budget.held == 0
+
+    asyncio.run(run())
+
+
 def test_the_gateway_total_is_shared_by_every_connection() -> None:
     async def run() -> None:
         budget = ReplyBudget(total_bytes=4 * PIECE_BYTES, connection_bytes=100 * PIECE_BYTES, write_timeout_s=30.0)

@@ -51,11 +51,12 @@ def upload_budget(settings: GatewaySettings) -> UploadBudget:
 
 
 def reply_budget(settings: GatewaySettings) -> ReplyBudget:
-    """The per-connection and total budget of replies being written, and their write timeout."""
+    """The per-connection, per-address and total budget of replies being written, and their write timeout."""
     return ReplyBudget(
         _bytes(settings.max_reply_memory_mb, REPLY_MEMORY_SHARE),
         int(settings.connection_reply_memory_mb * MIB),
         settings.reply_write_timeout_s,
+        int(settings.client_reply_memory_mb * MIB),
     )
 
 

@@ -194,6 +194,9 @@ class DepthEndpoint:
 
         async def build(lease: UploadLease) -> WireRequest:
             upload = await read_depth_upload(scope, receive, headers, query, self._settings, lease)
+            # Now the reply's size is known from the image header: a client whose unread replies leave no
+            # room for it is refused before a worker spends its time making a reply that could not be sent.
+            self._replies.check(connection_of(scope), upload.reply_bytes())
             return upload.wire(model, request_id)
 
         with span("gateway.request", request_id, model=model):

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from depthserve.codec import CodecError, image_size
+from depthserve.codec.reply_size import reply_bytes
 from depthserve.protocol.depth_api import DEPTH, IMAGE, DepthInputs
 from depthserve.protocol.infer_wire import WireRequest, depth_request_wire
 
@@ -40,6 +42,14 @@ class DepthUpload:
     def inputs(self) -> DepthInputs:
         """The upload as DepthInputs, files joined."""
         return self._options(_join(self.image), None if self.depth is None else _join(self.depth))
+
+    def reply_bytes(self) -> int:
+        """About how many bytes the reply will take, from the image header (0 when only encoding tells)."""
+        try:
+            width, height = image_size(self.image[0])
+        except CodecError:
+            return 0
+        return reply_bytes(width, height, self.output_format, self.intrinsics is not None) or 0
 
     def wire(self, model: str, request_id: str) -> WireRequest:
         """The ModelInferRequest for a worker, serialized with the files copied once, straight from their pieces."""

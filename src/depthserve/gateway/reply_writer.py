@@ -8,8 +8,9 @@ gateway's total. A client that stops reading is abandoned after the timeout: the
 copy and stops the body short of its Content-Length, so its stream is reset (RST_STREAM
 INTERNAL_ERROR, sent by hyper once that stream moves again; granian has no reset an app can ask
 for). The few pieces granian still holds stay counted until then. A connection over its budget
-gets 503 "reply_backlog" for new replies, before they are dispatched, and the total over budget
-gives 503 "reply_memory_full".
+gets 503 "reply_backlog" for new replies, before they are dispatched; so does every connection of a
+client address over its own budget (opening more connections does not buy more unread replies,
+nor more of the workers' time spent making them); the total over budget gives 503 "reply_memory_full".
 """
 
 from __future__ import annotations
@@ -40,53 +41,68 @@ def connection_of(scope: Scope) -> Hashable:
 class ReplyBudget:
     """Counts reply bytes held while clients read them, per connection and in total, and writes replies."""
 
-    def __init__(self, total_bytes: int, connection_bytes: int, write_timeout_s: float) -> None:
-        if total_bytes < 1 or connection_bytes < 1 or write_timeout_s <= 0:
+    def __init__(
+        self, total_bytes: int, connection_bytes: int, write_timeout_s: float, address_bytes: int | None = None
+    ) -> None:
+        address_bytes = total_bytes if address_bytes is None else address_bytes
+        if min(total_bytes, connection_bytes, address_bytes) < 1 or write_timeout_s <= 0:
             raise ValueError("reply budgets must be >= 1 byte and the write timeout > 0")
         self.total_bytes = total_bytes
         self.connection_bytes = connection_bytes
+        self.address_bytes = address_bytes
         self.write_timeout_s = write_timeout_s
         self.held = 0  # reply bytes held now, all connections
-        self._connections: dict[Hashable, int] = {}  # only connections holding bytes have an entry
+        # Bytes held per connection (host, port) and per client address (host); only holders have an entry.
+        self._connections: dict[Hashable, int] = {}
         self.refused: Counter[str] = Counter()  # by GatewayError reason, for metrics
         self.abandoned = 0  # replies whose reader stopped reading for write_timeout_s
         self.stranded = 0  # bytes of abandoned replies granian may still hold (counted in `held` too)
 
-    def connection_held(self, connection: Hashable) -> int:
-        """Reply bytes one connection holds now."""
-        return self._connections.get(connection, 0)
-
-    def check(self, connection: Hashable) -> None:
-        """Refuse (503) a new request whose connection, or the gateway, already holds its budget of replies."""
-        if self.connection_held(connection) >= self.connection_bytes:
-            raise self._backlog()
-        if self.held >= self.total_bytes:
+    def check(self, connection: Hashable, expected: int = 0) -> None:
+        """Refuse (503), before it is dispatched, a request whose reply of about `expected` bytes would take its
+        connection, its client address or the gateway past a budget already holding replies."""
+        for key, limit, whose in self._holders(connection):
+            held = self._connections.get(key, 0)
+            if held >= limit or (held and held + expected > limit):
+                raise self._backlog(limit, whose)
+        if self.held >= self.total_bytes or (self.held and self.held + expected > self.total_bytes):
             raise self._memory_full()
+
+    def _holders(self, connection: Hashable) -> tuple[tuple[Hashable, int, str], ...]:
+        """The budgets a reply on `connection` counts against: its connection's and its address's."""
+        address = ("address", connection[0]) if isinstance(connection, tuple) and connection else None
+        if address is None:
+            return ((connection, self.connection_bytes, "connection"),)
+        return ((connection, self.connection_bytes, "connection"), (address, self.address_bytes, "client address"))
 
     def _reserve(self, connection: Hashable, size: int) -> None:
         """Count a reply of `size` bytes; one reply alone may exceed a budget, so any reply can be sent."""
-        mine = self.connection_held(connection)
-        if mine and mine + size > self.connection_bytes:
-            raise self._backlog()
+        holders = self._holders(connection)
+        for key, limit, whose in holders:
+            mine = self._connections.get(key, 0)
+            if mine and mine + size > limit:
+                raise self._backlog(limit, whose)
         if self.held and self.held + size > self.total_bytes:
             raise self._memory_full()
-        self._connections[connection] = mine + size
+        for key, _, _ in holders:
+            self._connections[key] = self._connections.get(key, 0) + size
         self.held += size
 
     def _release(self, connection: Hashable, size: int) -> None:
         self.held -= size
-        left = self._connections[connection] - size
-        if left > 0:
-            self._connections[connection] = left
-        else:
-            del self._connections[connection]
+        for key, _, _ in self._holders(connection):
+            left = self._connections[key] - size
+            if left > 0:
+                self._connections[key] = left
+            else:
+                del self._connections[key]
 
-    def _backlog(self) -> GatewayError:
+    def _backlog(self, limit: int, whose: str) -> GatewayError:
         self.refused["reply_backlog"] += 1
         return GatewayError(
             503,
             "reply_backlog",
-            f"this connection has {self.connection_bytes // MIB} MiB of replies it has not read yet",
+            f"this {whose} has {limit // MIB} MiB of replies it has not read yet",
             retry_after=1.0,
         )
 
@@ -148,7 +164,8 @@ class ReplyBudget:
         """
         self.abandoned += 1
         log.info("reply abandoned: the client read nothing for %gs", self.write_timeout_s)
-        self._connections[connection] = self.connection_held(connection) + size
+        for key, _, _ in self._holders(connection):
+            self._connections[key] = self._connections.get(key, 0) + size
         self.held += size
         self.stranded += size
         sending.add_done_callback(lambda done: self._unstrand(connection, size, done))
