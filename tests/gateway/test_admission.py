@@ -377,6 +377,9 @@ async def test_a_request_that_would_wait_past_its_budget_is_refused_at_the_door(
             pytest.fail("must not be admitted")
     assert info.value.reason == "queue_full" and "about 1.0s" in info.value.message
     assert controller.queued["normal"] == 9  # refused at the door, not queued
+    with pytest.raises(GatewayError) as door:  # the same answer before the body is read
+        controller.check_door("m", clock() + 60, "")
+    assert door.value.reason == "queue_full"
     # Another client is served at half the rate (two clients take turns): ~0.2 s, over half of 0.3 s.
     with pytest.raises(GatewayError) as info:
         async with controller.admit("m", clock() + 0.3, client="other"):

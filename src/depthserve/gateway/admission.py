@@ -148,6 +148,15 @@ class AdmissionController:
                 self._forget(waiter)
             raise
 
+    def check_door(self, model: str, deadline: float, client: str) -> None:
+        """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
+
+        The same rule `admit` applies once the body is in; checked first, it spares an over-budget
+        client's uploads the reading and the gateway the work.
+        """
+        if not self._has_room(model):
+            self._check_wait(client, deadline - self._clock())
+
     def _check_wait(self, client: str, remaining: float) -> None:
         """Refuse at the door a request that would wait past its budget, by the client's recent service rate."""
         budget = min(self.max_queue_wait_s, remaining / 2)

@@ -83,6 +83,7 @@ class Forwarder:
             timeout_s = request_timeout(headers, self.settings)
         deadline = edge.clock() + timeout_s
         edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
+        edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
             async with edge.admission.admit(model, deadline, edge.priority(headers), who):
