@@ -100,3 +100,15 @@ def test_check_free_and_listen_exclusive(tmp_path: Path) -> None:
             check_free("127.0.0.1", port, "--metrics-port")
         assert reuseport_bind(port) == errno.EADDRINUSE
     check_free("127.0.0.1", port, "--port")  # free again once closed
+
+
+def test_connections_to_the_gateway_socket_send_small_frames_at_once() -> None:
+    """The exclusive bind lost granian's TCP_NODELAY: Nagle held small HTTP/2 frames for ~25 ms per request."""
+    listener = listen_exclusive("127.0.0.1", 0)
+    try:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        with client, accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0  # inherited from the listener
+    finally:
+        listener.close()

@@ -19,6 +19,10 @@ def listen_exclusive(host: str, port: int, flag: str = "--port", backlog: int = 
     sock = socket.socket(family, kind, proto)
     # SO_REUSEADDR only lets a restart bind over old TIME_WAIT connections; Linux still refuses a second listener.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family in (socket.AF_INET, socket.AF_INET6):
+        # Accepted connections inherit it (as from granian's own bind): without it Nagle's algorithm held
+        # small HTTP/2 frames back for the peer's delayed ACK, ~25 ms on a 30 ms request.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind(address)
         sock.listen(backlog)
