@@ -310,6 +310,7 @@ class Bench:
         timeout_s = args.request_timeout_s + 5
         cpu_before, started = cpu_seconds(gateway.pid), time.monotonic()
         try:
+
             def stop() -> None:
                 for each in (attacker, prober):
                     if each is not None:

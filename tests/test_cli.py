@@ -87,7 +87,7 @@ def test_gateway_without_backends_refuses_to_start() -> None:
 
 
 def test_new_key_prints_a_key_and_its_hashed_line() -> None:
-    from depthserve.gateway.api_keys import hash_key
+    from depthserve.gateway.edge.api_keys import hash_key
 
     done = depthserve("new-key", "carol")
     assert done.returncode == 0

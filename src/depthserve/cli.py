@@ -308,7 +308,7 @@ def new_key_command(
     name: Annotated[str, typer.Argument(help="who the key is for; its identity in rate limits")],
 ) -> None:
     """Make an API key: prints the key (give it to the client) and the line for --api-keys-file."""
-    from depthserve.gateway.api_keys import new_key
+    from depthserve.gateway.edge.api_keys import new_key
 
     key, digest = new_key()
     typer.echo(f"key:  {key}")
@@ -344,12 +344,11 @@ def _located_checkpoint(checkpoint: str | None) -> str | None:
     """Resolve --checkpoint from the caller's directory (or the cache) now, and say which file it is."""
     if checkpoint is None:
         return None
-    from depthserve.model.errors import CheckpointError
-    from depthserve.weights.cache import locate_checkpoint
+    from depthserve.weights.cache import WeightsError, locate_checkpoint
 
     try:
         located = locate_checkpoint(checkpoint)
-    except CheckpointError as exc:
+    except WeightsError as exc:
         raise typer.BadParameter(str(exc), param_hint="--checkpoint") from None
     typer.echo(f"checkpoint: {located}", err=True)
     return str(located)

@@ -7,11 +7,11 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.combine import CombinedSource, merge
 from depthserve.discovery.file_source import FileSource
 from depthserve.discovery.static import StaticSource
 from depthserve.discovery.urls import check_url, make_source
-from depthserve.gateway.backend_spec import BackendSpec
 
 
 def test_merge_prefers_earlier_sources() -> None:

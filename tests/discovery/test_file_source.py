@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.errors import DiscoveryError
 from depthserve.discovery.file_source import FileSource, parse_backends_yaml
-from depthserve.gateway.backend_spec import BackendSpec
 
 pytestmark = pytest.mark.timeout(30)
 

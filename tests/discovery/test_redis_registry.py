@@ -8,10 +8,10 @@ import uuid
 import pytest
 from tests.conftest import require_service
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.errors import DiscoveryError
 from depthserve.discovery.redis_registry import KEY_PREFIX, RedisRegistry, RedisSource, split_url
-from depthserve.discovery.worker_registration import Registration
-from depthserve.gateway.backend_spec import BackendSpec
+from depthserve.worker.registration import Registration
 
 pytestmark = pytest.mark.timeout(60)
 REDIS = "redis://127.0.0.1:6379/0"

@@ -11,8 +11,8 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.source import Backends, DiscoverySource
-from depthserve.gateway.backend_spec import BackendSpec
 
 log = logging.getLogger("depthserve.discovery")
 

@@ -17,9 +17,9 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.errors import DiscoveryError, foreign_errors
 from depthserve.discovery.source import Backends, PollingSource
-from depthserve.gateway.backend_spec import BackendSpec
 
 LIFETIME_S = 2.0  # one lookup, retries included
 

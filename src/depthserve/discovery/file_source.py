@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 import yaml
 
+from depthserve.discovery.backend_spec import parse_backend, spec_from_record
 from depthserve.discovery.errors import DiscoveryError, foreign_errors
 from depthserve.discovery.source import Backends, PollingSource
-from depthserve.gateway.backend_spec import parse_backend, spec_from_record
 
 
 def parse_backends_yaml(text: str, default_auto: bool = False, source: str = "file") -> Backends:

@@ -16,9 +16,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
+from depthserve.discovery.backend_spec import BackendSpec, spec_from_record
 from depthserve.discovery.errors import DiscoveryError, foreign_errors
 from depthserve.discovery.source import Backends, PollingSource, log
-from depthserve.gateway.backend_spec import BackendSpec, spec_from_record
 
 KEY_PREFIX = "depthserve:registry:"
 DEFAULT_CLUSTER = "default"

@@ -7,8 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import ClassVar, Protocol
 
+from depthserve.discovery.backend_spec import BackendSpec
 from depthserve.discovery.errors import DiscoveryError
-from depthserve.gateway.backend_spec import BackendSpec
 
 log = logging.getLogger("depthserve.discovery")
 Backends = frozenset[BackendSpec]

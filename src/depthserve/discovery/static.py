@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import ClassVar
 
+from depthserve.discovery.backend_spec import parse_backend
 from depthserve.discovery.source import Backends
-from depthserve.gateway.backend_spec import parse_backend
 
 
 class StaticSource:

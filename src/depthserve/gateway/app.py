@@ -14,25 +14,26 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from depthserve.balancer import make_policy
+from depthserve.discovery.backend_spec import parse_backend
 from depthserve.discovery.urls import check_url
-from depthserve.gateway import discovery_sync
-from depthserve.gateway.access import RouteAccess
-from depthserve.gateway.backend_spec import parse_backend
-from depthserve.gateway.control_routes import cluster, drain, healthz, readyz, restricted
-from depthserve.gateway.dashboard import observability_routes
-from depthserve.gateway.depth_route import DepthEndpoint
-from depthserve.gateway.dispatcher import Dispatcher
-from depthserve.gateway.edge import Edge
-from depthserve.gateway.forwarding import Forwarder
-from depthserve.gateway.jobs_routes import job_routes
+from depthserve.gateway.dispatch.dispatcher import Dispatcher
+from depthserve.gateway.dispatch.forwarding import Forwarder
+from depthserve.gateway.dispatch.job_executor import gateway_executor
+from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.http.access import RouteAccess
+from depthserve.gateway.http.control_routes import cluster, drain, healthz, readyz, restricted
+from depthserve.gateway.http.dashboard import observability_routes
+from depthserve.gateway.http.depth_route import DepthEndpoint
+from depthserve.gateway.http.error_boundary import ErrorBoundary, exception_handlers
+from depthserve.gateway.http.jobs_routes import job_routes
+from depthserve.gateway.http.openapi import openapi_document
 from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
-from depthserve.gateway.oip_grpc import start_grpc
-from depthserve.gateway.oip_rest import oip_routes
-from depthserve.gateway.oip_service import OipService
-from depthserve.gateway.openapi import openapi_document
-from depthserve.gateway.pool import BackendPool
+from depthserve.gateway.oip.grpc_service import start_grpc
+from depthserve.gateway.oip.rest import oip_routes
+from depthserve.gateway.oip.service import OipService
+from depthserve.gateway.upstream import discovery_sync
+from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.jobs.broker import broker_kind
-from depthserve.jobs.executors import gateway_executor
 from depthserve.jobs.service import JobService
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import configure_logging
@@ -111,6 +112,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
             await pool.close()
 
     app = Starlette(
+        exception_handlers=exception_handlers(),  # type: ignore[arg-type]  # the handlers' type is narrower
         routes=[
             Route("/healthz", restricted(healthz, RouteAccess.check_health)),
             Route("/readyz", restricted(readyz, RouteAccess.check_health)),
@@ -134,7 +136,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.oip = oip
     depth = DepthEndpoint(settings, forwarder)
     app.state.fast_paths = {"/v1/depth": depth}  # for the OpenAPI document
-    return FastPath({"/v1/depth": RequestMetrics(depth, metrics)}, app)
+    return FastPath({"/v1/depth": RequestMetrics(ErrorBoundary(depth, "request"), metrics)}, app)
 
 
 def app_from_env() -> FastPath:

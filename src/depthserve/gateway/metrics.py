@@ -25,11 +25,11 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from depthserve.gateway.backend_health import DRAINING, EJECTED, READY, UNHEALTHY, WARMING
-from depthserve.gateway.buffer_limits import buffer_metrics
-from depthserve.gateway.dispatcher import Dispatcher
-from depthserve.gateway.edge import Edge
-from depthserve.gateway.pool import BackendPool
+from depthserve.gateway.dispatch.dispatcher import Dispatcher
+from depthserve.gateway.edge.buffer_limits import buffer_metrics
+from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.upstream.backend_health import DRAINING, EJECTED, READY, UNHEALTHY, WARMING
+from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.buckets import LATENCY_BOUNDS_S, BucketCounts
 from depthserve.telemetry.build_info import BuildInfo

@@ -12,7 +12,7 @@ from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings, HTTP2Settings
 
 from depthserve.gateway.app import SETTINGS_ENV
-from depthserve.gateway.reply_writer import H2_SEND_BUFFER
+from depthserve.gateway.edge.reply_budget import H2_SEND_BUFFER
 from depthserve.ports import BACKLOG, check_free, listen_exclusive
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import granian_log_config

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -12,12 +13,21 @@ from depthserve.model.errors import ModelInputError
 from depthserve.model.geometry import backproject, intrinsics_to_pixels
 from depthserve.model.grid import num_tokens_for
 
-if TYPE_CHECKING:
-    from depthserve.model.network import LingBotDepth
+
+class DepthNetwork(Protocol):
+    """What `infer` needs of the network (LingBotDepth), named here so the two modules do not import each other."""
+
+    @property
+    def num_tokens_range(self) -> Sequence[int]: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def __call__(self, image: Tensor, num_tokens: int, depth: Tensor | None) -> Any: ...
 
 
 def infer(
-    model: LingBotDepth,
+    model: DepthNetwork,
     image: Tensor,
     depth: Tensor | None = None,
     intrinsics: Tensor | None = None,

@@ -16,7 +16,7 @@ from depthserve.model.config import PRESETS, preset_config
 from depthserve.model.demo_heads import shape_demo_heads
 from depthserve.model.errors import CheckpointError
 from depthserve.model.network import LingBotDepth
-from depthserve.weights.cache import cached_checkpoint, is_repo_id, resolve_checkpoint
+from depthserve.weights.cache import WeightsError, cached_checkpoint, is_repo_id, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 PRESET_SEED = 0
@@ -60,7 +60,10 @@ def load_model(
     path = Path(resolve_checkpoint(text))  # absolute, so every error says where it looked
     if not path.exists():
         if is_repo_id(text):
-            path = cached_checkpoint(text)
+            try:
+                path = cached_checkpoint(text)
+            except WeightsError as exc:  # the model's callers see one error type for every checkpoint problem
+                raise CheckpointError(str(exc)) from None
         else:
             raise CheckpointError(f"{text!r} is neither a preset ({sorted(PRESETS)}) nor an existing file ({path})")
     config, state = read_checkpoint(path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from depthserve.model.errors import CheckpointError
 from depthserve.settings import WeightsSettings, load_settings
 
 CHECKPOINT_FILENAME = "model.pt"  # the file the reference `from_pretrained` fetches from a repo
@@ -14,7 +13,7 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
-class WeightsError(CheckpointError):
+class WeightsError(Exception):
     """A checkpoint could not be found in the cache or downloaded into it."""
 
 

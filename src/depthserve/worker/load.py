@@ -6,7 +6,7 @@ import time
 
 from depthserve.protocol.load_report import METADATA_KEY, LoadReport
 from depthserve.telemetry.accelerator import AcceleratorProbe
-from depthserve.worker.batcher import Batcher
+from depthserve.worker.batching.batcher import Batcher
 from depthserve.worker.device_queue import DeviceQueue
 
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.build_info import BuildInfo
-from depthserve.worker.batcher import Batcher
+from depthserve.worker.batching.batcher import Batcher
 from depthserve.worker.device_queue import DeviceQueue
 from depthserve.worker.load import LoadReporter
 from depthserve.worker.servicer import WorkerState

@@ -15,19 +15,19 @@ from grpc_health.v1.health import aio as health_aio
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-from depthserve.discovery.worker_registration import Registration, hardware_summary, registration_for
-from depthserve.jobs.worker_side import WorkerJobs
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import CachedProbe, read_process
 from depthserve.telemetry.http_exporter import MetricsServer
 from depthserve.telemetry.logs import configure_logging
 from depthserve.telemetry.tracing import configure_tracing
-from depthserve.worker.batcher import make_batcher
+from depthserve.worker.batching.batcher import make_batcher
 from depthserve.worker.device_queue import DeviceQueue
+from depthserve.worker.jobs import WorkerJobs
 from depthserve.worker.load import LoadReporter
 from depthserve.worker.memory_guard import MemoryGuard
 from depthserve.worker.metrics import worker_registry
+from depthserve.worker.registration import Registration, hardware_summary, registration_for
 from depthserve.worker.runners import Runner, make_runner
 from depthserve.worker.servicer import InferenceServicer, WorkerState
 

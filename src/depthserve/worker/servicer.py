@@ -18,7 +18,7 @@ from depthserve.protocol.depth_api import parse_request
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.logs import REQUEST_ID
 from depthserve.telemetry.tracing import active, span
-from depthserve.worker.batcher import Batcher
+from depthserve.worker.batching.batcher import Batcher
 from depthserve.worker.encode import cheap_to_encode, encode_response
 from depthserve.worker.errors import ModelNotFound, NotReady, status_for
 from depthserve.worker.load import LoadReporter

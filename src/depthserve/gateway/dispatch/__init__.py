@@ -1,0 +1,1 @@
+"""Sending one inference to backends: deadline, retries, hedging, retry budget."""

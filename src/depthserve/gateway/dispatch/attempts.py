@@ -1,0 +1,206 @@
+"""One request's attempts on the candidates a policy picked, until one answers or none may be sent.
+
+Another attempt goes to the next candidate not known to be full when: an attempt failed before a
+result and none is left running (a retry); the backend of a running attempt stopped answering
+health checks (a re-send, while the stuck attempt keeps running); or, with hedging, the first is
+slower than the pool's p95. Each needs a retry-budget slot: a re-send or a retry after a failure
+waits for one (within the deadline) while the attempts in flight may still answer; a full
+worker's refusal (busy) and a hedge take one only if free. An attempt that outlasted its per-try
+timeout on a backend that still answers health checks is slow: nothing more is sent, and the
+request is answered 504 unless an attempt already in flight answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc import service_pb2 as pb
+
+from depthserve.gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from depthserve.gateway.dispatch.dispatcher import Dispatcher
+
+
+@dataclass
+class AttemptFailed(Exception):
+    """An attempt that ended without a result; `retriable` when another backend may still answer.
+
+    `busy`: the backend refused for load (moved on only to a free slot, never waited for);
+    `slow`: it passed its per-try timeout while still answering health checks (never sent elsewhere).
+    """
+
+    error: GatewayError
+    retriable: bool
+    busy: bool = False
+    slow: bool = False
+
+
+def deadline_error(timeout_s: float) -> GatewayError:
+    """The error for a request whose overall deadline passed."""
+    return GatewayError(504, "deadline", f"no reply within the request deadline of {timeout_s:g}s")
+
+
+class Attempts:
+    """Schedules one request's attempts; `run` gives the first reply and the backend that sent it."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        request: pb.ModelInferRequest,
+        request_id: str,
+        candidates: list[str],
+        deadline: float,
+        overall_s: float,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._request = request
+        self._request_id = request_id
+        self._budget = dispatcher.budget
+        self._loop = asyncio.get_running_loop()
+        self._candidates = candidates
+        self._deadline = deadline  # on the event loop's clock
+        self._overall_s = overall_s  # the client's whole deadline, for the 504's message
+        self._next = 0
+        self._pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}  # -> (address, is_retry)
+        self._watch = dispatcher.stalls.watch()
+        self._stuck: set[str] = set()  # backends that stopped answering with an attempt of ours, not yet re-sent
+        self._budget_wait: asyncio.Task[bool] | None = None
+        self._hedge_at: float | None = None
+        self._last: AttemptFailed | None = None
+        self._slow: AttemptFailed | None = None
+        self._denied = False  # a wait for a budget slot ended without one: nothing more is sent
+
+    async def run(self) -> tuple[pb.ModelInferResponse, str]:
+        """Send attempts until one answers; raise the GatewayError that ends the request otherwise."""
+        self._budget.active_requests += 1
+        try:
+            self._launch(0)
+            self._arm_hedge()
+            while self._pending or self._budget_wait is not None:
+                woken, waited = self._watch.woken, self._budget_wait
+                helpers = [woken] if waited is None else [woken, waited]
+                wait_until = self._deadline if self._hedge_at is None else min(self._deadline, self._hedge_at)
+                done, _ = await asyncio.wait(
+                    [*self._pending, *helpers],
+                    timeout=max(0.0, wait_until - self._loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if woken in done:
+                    self._stuck.update(self._watch.take())
+                if waited is not None and waited in done:
+                    self._budget_wait = None
+                    if waited.result():
+                        self._use_slot()
+                    else:
+                        self._denied = True
+                for task in done - {woken, waited}:
+                    reply = self._settle(task)
+                    if reply is not None:
+                        return reply
+                now = self._loop.time()
+                if now >= self._deadline:
+                    raise deadline_error(self._overall_s)
+                if self._hedge_at is not None and now >= self._hedge_at:
+                    self._hedge_at = None  # the hedge moment: one extra attempt, if the budget has a free slot
+                    index = self._following()
+                    if self._slow is None and index is not None and self._budget.try_acquire():
+                        self._dispatcher.hedges += 1
+                        self._launch(index)
+                self._ask_for_more()
+            if self._slow is not None:
+                raise self._slow.error
+            if self._loop.time() >= self._deadline:
+                raise deadline_error(self._overall_s)
+            assert self._last is not None
+            raise self._last.error
+        finally:
+            self._budget.active_requests -= 1
+            await self._close()
+
+    def _launch(self, index: int) -> None:
+        address = self._candidates[index]
+        self._next = index + 1
+        task = self._dispatcher.start_attempt(address, self._request, self._request_id, self._deadline)
+        self._pending[task] = (address, index > 0)
+        self._watch.add(address)
+
+    def _following(self) -> int | None:
+        """The next unused candidate not known to be full, if any."""
+        for index in range(self._next, len(self._candidates)):
+            if not self._dispatcher.pool.known_full(self._candidates[index]):
+                return index
+        return None
+
+    def _arm_hedge(self) -> None:
+        delay = self._dispatcher.hedge_delay_s()
+        self._hedge_at = None if delay is None else self._loop.time() + delay
+
+    def _settle(self, task: asyncio.Task[pb.ModelInferResponse]) -> tuple[pb.ModelInferResponse, str] | None:
+        """Take a finished attempt: its reply, or None after noting a failure that leaves the request open."""
+        address, is_retry = self._pending.pop(task)
+        self._watch.discard(address)
+        if is_retry:
+            self._budget.release()
+        error = task.exception()
+        if error is None:
+            return task.result(), address
+        if not isinstance(error, AttemptFailed):
+            raise error
+        if error.slow:
+            self._slow = error
+        elif not error.retriable:
+            raise error.error
+        self._last = error
+        return None
+
+    def _wanted(self) -> bool:
+        """Whether another attempt is due: one for an attempt stuck on a stalled backend, or a retry."""
+        if self._slow is not None or self._denied:
+            return False
+        self._stuck &= {address for address, _ in self._pending.values()}
+        retry = not self._pending and self._last is not None and self._last.retriable
+        return bool(self._stuck) or retry
+
+    def _ask_for_more(self) -> None:
+        """Start the attempt that is due, or wait for a budget slot for it (never for a busy refusal)."""
+        if self._budget_wait is not None or not self._wanted() or self._following() is None:
+            return
+        if not self._stuck and self._last is not None and self._last.busy:
+            if self._budget.try_acquire():  # a full worker's refusal moves on at once or not at all
+                self._use_slot()
+        elif self._budget.free() and self._budget.try_acquire():
+            self._use_slot()
+        else:  # wait in line for a slot while the attempts in flight may still answer
+            left = self._deadline - self._loop.time()
+            self._budget_wait = asyncio.ensure_future(self._budget.acquire(left))
+
+    def _use_slot(self) -> None:
+        """Spend a retry-budget slot on the attempt that is due, or give it back if none is any more."""
+        index = self._following()
+        if not self._wanted() or index is None:
+            self._budget.release()
+            return
+        if self._stuck:
+            self._stuck.pop()
+            self._dispatcher.stalls.resent += 1
+        self._launch(index)
+        self._arm_hedge()  # a retry gets its own hedge moment
+
+    async def _close(self) -> None:
+        """Stop watching, cancel what still runs and hand back every retry slot held or being waited for."""
+        self._watch.close()
+        waited = self._budget_wait
+        if waited is not None:
+            waited.cancel()  # acquire passes on a slot handed over as it is cancelled
+            await asyncio.gather(waited, return_exceptions=True)
+            if not waited.cancelled() and waited.exception() is None and waited.result():
+                self._budget.release()  # it got its slot before the cancellation reached it
+        for task, (_, is_retry) in self._pending.items():
+            task.cancel()
+            if is_retry:
+                self._budget.release()
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)

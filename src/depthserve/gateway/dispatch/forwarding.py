@@ -1,0 +1,108 @@
+"""The one path every inference takes, whatever protocol it came in on: key, rate limit, admission, dispatch.
+
+`/v1/depth`, OIP REST and OIP gRPC differ only in how they read a request and write a reply; the
+checks and the deadline arithmetic between those two steps live here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeAlias, TypeVar, cast
+
+from tritonclient.grpc import service_pb2 as pb
+
+from depthserve.balancer.types import RequestInfo
+from depthserve.gateway.dispatch.dispatcher import Dispatcher
+from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.edge.upload_budget import UploadLease
+from depthserve.gateway.errors import GatewayError
+from depthserve.protocol.infer_wire import WireRequest
+from depthserve.settings import GatewaySettings
+
+InferRequest: TypeAlias = pb.ModelInferRequest | WireRequest  # a WireRequest is already serialized
+T = TypeVar("T")
+BuildRequest = Callable[[UploadLease], Awaitable[InferRequest]]  # reads the body, counting it on the lease
+MIN_REQUEST_TIMEOUT_S = 0.001  # a shorter deadline could only ever time out: refused as unusable
+
+
+def request_timeout(headers: Mapping[str, str], settings: GatewaySettings) -> float:
+    """The request's deadline: `X-Request-Timeout` seconds if given (1 ms up to the cap), else the default."""
+    raw = headers.get("x-request-timeout")
+    if raw is None:
+        return settings.request_timeout_s
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not MIN_REQUEST_TIMEOUT_S <= value <= settings.max_request_timeout_s:
+        raise GatewayError(
+            400,
+            "invalid_request",
+            f"X-Request-Timeout must be seconds from {MIN_REQUEST_TIMEOUT_S:g} to "
+            f"{settings.max_request_timeout_s:g}, got {raw[:40]!r}",
+        )
+    return value
+
+
+class Forwarder:
+    """Admits one inference and sends it to a backend, reading its body first, under its client's upload budget."""
+
+    def __init__(self, settings: GatewaySettings, dispatcher: Dispatcher, edge: Edge) -> None:
+        self.settings = settings
+        self.dispatcher = dispatcher
+        self.edge = edge
+
+    async def forward(
+        self,
+        model: str,
+        headers: Mapping[str, str],
+        client: str | None,
+        request_id: str,
+        timeout_s: float | None,
+        build: BuildRequest,
+        version: str = "",
+    ) -> tuple[pb.ModelInferResponse, str]:
+        """Check key and rate limit, `build(lease)` the request under the upload budget and timeout, admit, dispatch.
+
+        The body is read before an admission slot is asked for, so a slow or stalled upload holds only its
+        own client's upload budget (and the bytes that really arrived), never a slot other clients need.
+        The body's bytes stay counted until the reply is in. `timeout_s` None reads X-Request-Timeout.
+        Gives the reply and the backend that answered; every refusal is a GatewayError.
+        """
+        edge = self.edge
+        who = edge.caller(headers, client)
+        if timeout_s is None:
+            timeout_s = request_timeout(headers, self.settings)
+        deadline = edge.clock() + timeout_s
+        edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
+        edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
+        with edge.uploads.lease(who) as lease:
+            request = await self._upload(build, lease, deadline, timeout_s)
+            async with edge.admission.admit(model, deadline, edge.priority(headers), who):
+                left = deadline - edge.clock()
+                info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
+                message = cast(pb.ModelInferRequest, request)  # the stub sends a WireRequest as it is
+                return await self.dispatcher.infer(message, info, left, request_id, timeout_s)
+
+    async def _upload(self, build: BuildRequest, lease: UploadLease, deadline: float, timeout_s: float) -> InferRequest:
+        """Run `build` under the upload timeout (408), or the request's deadline if that comes first (504)."""
+        clock = self.edge.clock
+        request = await within_upload_time(build(lease), self.settings.upload_timeout_s, deadline - clock(), timeout_s)
+        if deadline - clock() <= 0:
+            raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
+        return request
+
+
+async def within_upload_time(
+    reading: Awaitable[T], upload_timeout_s: float, deadline_left_s: float | None = None, timeout_s: float = 0.0
+) -> T:
+    """Await an upload under the upload timeout (408), or the request's deadline if that comes first (504)."""
+    limit = upload_timeout_s if deadline_left_s is None else min(upload_timeout_s, max(0.0, deadline_left_s))
+    try:
+        async with asyncio.timeout(limit):
+            return await reading
+    except TimeoutError:
+        if limit < upload_timeout_s:
+            raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload") from None
+        raise GatewayError(408, "upload_timeout", f"request body not received within {upload_timeout_s:g}s") from None

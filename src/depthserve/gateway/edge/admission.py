@@ -1,0 +1,276 @@
+"""Admission control: cap in-flight requests globally and per model, queue a bounded few, answer the rest fast.
+
+Overload gets an immediate 503 + Retry-After (Triton's `max_queue_size`, Ray Serve's `max_queued_requests`)
+instead of an unbounded pile of requests behind busy backends. With a `capacity` source (the pool's
+view of its workers' concurrency), a model's in-flight cap follows what its workers can run now plus
+one batch queued each, so surplus waits here, where the client holding fewest slots goes first
+(waiting_room.py), not in a worker's FIFO queue behind the heaviest client. A request that would
+wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline) is refused at the
+door, in milliseconds, rather than queued to time out later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
+from depthserve.gateway.errors import GatewayError
+from depthserve.telemetry.buckets import BucketCounts
+from depthserve.telemetry.tracing import span
+
+_RATE_WINDOW = 64  # recent releases that estimate how fast the queue drains
+ACTIVE_S = 1.0  # a client served this recently still shares the pool, though it holds nothing this instant
+_MAX_RETRY_AFTER = 30.0  # past this an estimate says "later", not a useful number
+CAPACITY_TTL_S = 0.05  # a model's capacity is read from the pool at most this often
+__all__ = ["PRIORITIES", "AdmissionController"]
+
+
+class AdmissionController:
+    """Hands out in-flight slots under a global and per-model cap, with a bounded, fair queue in front.
+
+    Invariant: a waiter stays queued only while it cannot run (global cap reached or its model at its limit),
+    because every freed slot is handed straight to the next eligible waiter. So a newcomer that finds room
+    never overtakes anyone, and a released slot wakes exactly one waiter.
+    """
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        max_queue: int,
+        model_limits: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        capacity: Callable[[str], int | None] | None = None,
+        max_queue_wait_s: float = float("inf"),
+    ) -> None:
+        if max_in_flight < 1 or max_queue < 0:
+            raise ValueError("max_in_flight must be >= 1 and max_queue >= 0")
+        limits = dict(model_limits or {})
+        if any(limit < 1 for limit in limits.values()):
+            raise ValueError("per-model limits must be >= 1")
+        self.max_in_flight = max_in_flight
+        self.max_queue = max_queue
+        self.model_limits = limits
+        self.max_queue_wait_s = max_queue_wait_s
+        self._clock = clock
+        self._capacity = capacity  # model -> requests its workers can hold now (None: unknown, no cap)
+        self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
+        self._room = WaitingRoom()
+        self._model_in_flight: Counter[str] = Counter()
+        self._client_in_flight: Counter[str] = Counter()
+        self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
+        self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
+        self._pruned_at = float("-inf")
+        self.in_flight = 0
+        self.admitted = 0  # requests that got a slot and ran
+        self.shed = 0  # waiters pushed out by a higher-priority or lighter client (also counted in rejected)
+        self.rejected: Counter[str] = Counter()  # by GatewayError reason
+        self.wait_seconds = BucketCounts()  # how long admitted requests waited for their slot, for metrics
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """Waiters per priority, for metrics."""
+        return self._room.counts()
+
+    def model_in_flight(self, model: str) -> int:
+        """Slots held by one model's requests."""
+        return self._model_in_flight[model]
+
+    def admit(
+        self, model: str, deadline: float, priority: str = "normal", client: str = ""
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold a slot for the body of `async with`; `deadline` is absolute on this controller's clock.
+
+        `client` is who the request is counted under (API key name or address): a freed slot goes to
+        the waiting client that holds the fewest. Raises ValueError at once for an unknown priority (the
+        caller answers 400), and GatewayError 503 "queue_full" or "deadline" from `async with` when no
+        slot can be had in time.
+        """
+        if priority not in RANK:
+            raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(PRIORITIES)}")
+        return self._admission(model, deadline, priority, client)
+
+    def retry_after(self) -> float:
+        """Estimate seconds until a retry could be served: queue length over the recent release rate."""
+        if not self._releases:
+            return 1.0
+        span = self._clock() - self._releases[0]
+        if span <= 0:
+            return 1.0
+        rate = len(self._releases) / span
+        backlog = len(self._room) + 1
+        return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
+
+    @asynccontextmanager
+    async def _admission(self, model: str, deadline: float, priority: str, client: str) -> AsyncIterator[None]:
+        asked = self._clock()
+        with span("gateway.admission", model=model, priority=priority):
+            await self._acquire(model, deadline, priority, client)
+        self.admitted += 1
+        self.wait_seconds.observe(self._clock() - asked)
+        try:
+            yield
+        finally:
+            self._release(model, client)
+
+    async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> None:
+        self._dispatch()  # a capacity that grew since the last release may let waiters in first
+        if self._has_room(model):  # by the invariant nobody queued could use this slot
+            self._take(model, client)
+            return
+        remaining = deadline - self._clock()
+        if remaining <= 0:
+            raise self._reject("deadline", f"deadline passed before a slot for model {model!r} was free")
+        self._check_wait(client, remaining)
+        if len(self._room) >= self.max_queue:
+            self._make_place(priority, client)
+        waiter = Waiter(model, priority, client, asyncio.get_running_loop().create_future())
+        self._room.push(waiter)
+        try:
+            async with asyncio.timeout(remaining):
+                # shield: a queued waiter's future stays pending until the controller resolves or drops it
+                await asyncio.shield(waiter.future)
+        except TimeoutError:
+            if _granted(waiter):
+                return  # the slot arrived as the deadline fired: it was handed over in time, so keep it
+            self._forget(waiter)
+            shed = waiter.future.exception() if waiter.future.done() else None
+            if shed is not None:
+                raise shed from None  # shed as the deadline fired: that answer was given (and counted) first
+            raise self._reject("deadline", f"deadline passed while queued for model {model!r}") from None
+        except asyncio.CancelledError:
+            if _granted(waiter):
+                self._release(model, client)
+            else:
+                self._forget(waiter)
+            raise
+
+    def check_door(self, model: str, deadline: float, client: str) -> None:
+        """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
+
+        The same rule `admit` applies once the body is in; checked first, it spares an over-budget
+        client's uploads the reading and the gateway the work.
+        """
+        if not self._has_room(model):
+            self._check_wait(client, deadline - self._clock())
+
+    def _check_wait(self, client: str, remaining: float) -> None:
+        """Refuse at the door a request that would wait past its budget, by the client's recent service rate."""
+        budget = min(self.max_queue_wait_s, remaining / 2)
+        expected = self.expected_wait(client)
+        if expected is not None and expected > budget:
+            raise self._reject(
+                "queue_full",
+                f"the queue would hold this request about {expected:.1f}s, over the {budget:.1f}s it may wait",
+                expected,
+            )
+
+    def expected_wait(self, client: str) -> float | None:
+        """Seconds a new request of `client` would queue: its line over its share of the service rate, or None.
+
+        Fewest slots go first, so a client is served at least an equal share of the recent release rate
+        among the clients active lately; counting on no more keeps the estimate on the safe side (a
+        heavy client's own recent rate swings with its neighbours' bursts).
+        """
+        total = _rate(self._releases)
+        if total is None:
+            return None
+        self._prune()
+        active = len(self._last_served.keys() | self._client_in_flight.keys() | {client})
+        return (self._room.waiting(client) + 1) * active / total
+
+    def _prune(self) -> None:
+        """Forget clients idle for ACTIVE_S (looked at most every ACTIVE_S/2): memory stays bounded."""
+        now = self._clock()
+        if now - self._pruned_at < ACTIVE_S / 2:
+            return
+        self._pruned_at = now
+        idle = [
+            client
+            for client, served in self._last_served.items()
+            if served < now - ACTIVE_S and client not in self._client_in_flight and not self._room.waiting(client)
+        ]
+        for client in idle:
+            del self._last_served[client]
+
+    def _make_place(self, priority: str, client: str) -> None:
+        """Make one queue place by shedding a lower-priority or heavier client's newest waiter, or reject."""
+        victim = self._room.victim_for(priority, client)
+        if victim is None:
+            raise self._reject("queue_full", f"admission queue full ({self.max_queue} waiting)")
+        self._room.remove(victim)
+        self.shed += 1
+        reason = "a higher-priority request" if victim.priority != priority else "a client with fewer queued"
+        victim.future.set_exception(self._reject("queue_full", f"shed for {reason}"))
+
+    def _model_cap(self, model: str) -> int | None:
+        """The model's in-flight cap: its configured limit and its workers' capacity, whichever is lower."""
+        limit = self.model_limits.get(model)
+        if self._capacity is None:
+            return limit
+        now = self._clock()
+        read_at, capacity = self._capacities.get(model, (float("-inf"), None))
+        if now - read_at > CAPACITY_TTL_S:
+            capacity = self._capacity(model)
+            self._capacities[model] = (now, capacity)
+        if capacity is None:
+            return limit
+        return capacity if limit is None else min(limit, capacity)
+
+    def _has_room(self, model: str) -> bool:
+        cap = self._model_cap(model)
+        model_ok = cap is None or self._model_in_flight[model] < cap
+        return model_ok and self.in_flight < self.max_in_flight
+
+    def _take(self, model: str, client: str) -> None:
+        self.in_flight += 1
+        self._model_in_flight[model] += 1
+        self._client_in_flight[client] += 1
+
+    def _release(self, model: str, client: str) -> None:
+        self.in_flight -= 1
+        self._model_in_flight[model] -= 1
+        if not self._model_in_flight[model]:
+            del self._model_in_flight[model]  # model names come from requests: don't keep zeros forever
+            self._capacities.pop(model, None)
+        now = self._clock()
+        self._releases.append(now)
+        self._last_served[client] = now
+        self._client_in_flight[client] -= 1
+        if not self._client_in_flight[client]:
+            del self._client_in_flight[client]
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand free slots directly to the next waiters that can use them, skipping models at their limit."""
+        while self.in_flight < self.max_in_flight and len(self._room):
+            waiter = self._room.next_to_serve(self._has_room, self._client_in_flight.__getitem__)
+            if waiter is None:
+                return
+            self._take(waiter.model, waiter.client)
+            waiter.future.set_result(None)
+
+    def _forget(self, waiter: Waiter) -> None:
+        if not self._room.remove(waiter) and waiter.future.done():
+            waiter.future.exception()  # shed while being cancelled: mark the error as seen
+
+    def _reject(self, reason: str, message: str, retry_after: float | None = None) -> GatewayError:
+        self.rejected[reason] += 1
+        wait = self.retry_after() if retry_after is None else min(_MAX_RETRY_AFTER, max(1.0, retry_after))
+        return GatewayError(503, reason, message, retry_after=wait)
+
+
+def _rate(times: Sequence[float]) -> float | None:
+    """Events per second over a window of timestamps, or None with too few to say."""
+    if len(times) < 4:
+        return None
+    span_s = times[-1] - times[0]
+    return (len(times) - 1) / span_s if span_s > 0 else None
+
+
+def _granted(waiter: Waiter) -> bool:
+    future = waiter.future
+    return future.done() and not future.cancelled() and future.exception() is None

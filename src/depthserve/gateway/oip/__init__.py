@@ -1,0 +1,1 @@
+"""Open Inference Protocol v2 at the gateway: REST and gRPC, tensors in and out, statistics."""

@@ -1,0 +1,1 @@
+"""The backends: state, health checks, outlier ejection, membership, version split, pool."""

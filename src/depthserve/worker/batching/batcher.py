@@ -1,0 +1,192 @@
+"""Group waiting requests into same-key batches and run them on the device, while the next batch forms."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+
+from depthserve.settings import WorkerSettings
+from depthserve.telemetry.buckets import BATCH_SIZE_BOUNDS, BucketCounts
+from depthserve.worker.batching.key import batch_key
+from depthserve.worker.batching.policy import BatchPolicy, GroupView, group_limit, make_policy
+from depthserve.worker.batching.queue import BatchQueue, Waiting
+from depthserve.worker.batching.run import compute_batch
+from depthserve.worker.batching.stats import BatchStats
+from depthserve.worker.device_queue import DeviceQueue
+from depthserve.worker.runners.base import Outputs, Prepared, Runner
+
+log = logging.getLogger("depthserve.worker")
+
+
+class Batcher:
+    """Admits requests into a bounded queue, forms batches under a policy, and runs `device.slots` at a time.
+
+    Whenever a request arrives, a batch ends or a timer fires, the policy picks the group to run and how many
+    of it. A request whose deadline passes while it waits is failed and never computed. If the runner fails a
+    whole batch, its items are retried one at a time, so a bad request fails alone (see batch_run).
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        device: DeviceQueue,
+        policy: BatchPolicy,
+        *,
+        max_batch: int,
+        max_batch_pixels: int,
+        queue_limit: int,
+        clock: Callable[[], float] = time.monotonic,
+        stats: BatchStats | None = None,
+        on_computed: Callable[[int], None] | None = None,
+    ) -> None:
+        self.max_batch = max_batch
+        self.running = 0  # requests in batches on the device
+        self.last_batch_size = 0
+        self.batch_sizes = BucketCounts(BATCH_SIZE_BOUNDS)  # for metrics: items per batch started
+        self.batch_seconds = BucketCounts()  # for metrics: device time per batch
+        self.clock = clock
+        self.stats = stats or BatchStats()
+        self._runner = runner
+        self._device = device
+        self._policy = policy
+        self._max_pixels = max_batch_pixels
+        self._queue = BatchQueue(queue_limit)
+        self._on_computed = on_computed or (lambda n: None)
+        self._batches: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued, not yet in a batch."""
+        return self._queue.waiting
+
+    @property
+    def queue_limit(self) -> int:
+        """Most requests that may wait before the next one is refused."""
+        return self._queue.limit
+
+    async def run(self, prepared: Prepared, deadline: float | None = None) -> Outputs:
+        """Queue one request (deadline on `clock`), wait for its batch, and give its outputs or raise its error."""
+        now = self.clock()
+        if deadline is not None and deadline <= now:
+            raise TimeoutError("deadline passed before the request was queued; not computed")
+        key = batch_key(prepared)
+        item = Waiting(prepared, key, now, deadline, asyncio.get_running_loop().create_future())
+        self._queue.add(item)
+        self.stats.arrived(key, now)
+        try:
+            self.pump()
+            return await item.future
+        finally:
+            self._queue.discard(item)  # still queued only if the caller gave up (a gRPC deadline or cancel)
+
+    def pump(self) -> None:
+        """Fail expired requests, start every batch the policy wants now, and set a timer for the next look."""
+        now = self.clock()
+        for item in self._queue.expired(now):
+            if not item.future.done():
+                item.future.set_exception(TimeoutError("deadline passed while queued; not computed"))
+        wake_at: float | None = None
+        while self._queue and len(self._batches) < self._device.slots:
+            plan = self._policy.plan(now, [self._view(key, group, now) for key, group in self._queue.groups()])
+            if plan.key is None:
+                wake_at = plan.wake_at
+                break
+            self._start(self._queue.take(plan.key, plan.count))
+        deadlines = [item.deadline for item in self._queue.items() if item.deadline is not None]
+        if deadlines:  # fail expired requests on time even while every slot is busy
+            wake_at = min(deadlines) if wake_at is None else min(wake_at, *deadlines)
+        if wake_at is not None:
+            self._arm(wake_at)
+
+    def close(self) -> None:
+        """Stop the timer; batches already running finish."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _view(self, key: Hashable, group: deque[Waiting], now: float) -> GroupView:
+        deadlines = [item.deadline for item in group if item.deadline is not None]
+        height, width = group[0].key.size
+        return GroupView(
+            key=key,
+            size=len(group),
+            limit=group_limit(self.max_batch, self._max_pixels, height * width),
+            oldest_at=group[0].arrived,
+            deadline=min(deadlines) if deadlines else None,
+            curve=self.stats.curve(key),
+            rate=self.stats.rate(key, now),
+        )
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return  # an earlier look is already due; it sets the next timer
+            self._timer.cancel()
+        self._timer_at = at
+        delay = math.ceil(max(at - self.clock(), 0.0) * 1000) / 1000  # uvloop timers tick in whole ms: never early
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.pump()
+
+    def _start(self, batch: list[Waiting]) -> None:
+        if not batch:
+            return
+        self.running += len(batch)
+        self.last_batch_size = len(batch)
+        self.batch_sizes.observe(len(batch))
+        task = asyncio.create_task(self._run_batch(batch))
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def _run_batch(self, batch: list[Waiting]) -> None:
+        results: list[Outputs | Exception] | None = None
+        try:
+            async with self._device.slot(items=len(batch)):
+                self._on_computed(len(batch))
+                started = self.clock()
+                results, whole = await compute_batch(self._runner, [item.prepared for item in batch])
+                elapsed = self.clock() - started
+                self.batch_seconds.observe(elapsed)
+                if whole:
+                    self.stats.measured(batch[0].key, len(batch), elapsed)
+        except Exception as exc:  # noqa: BLE001 - a batcher bug must still answer every caller
+            log.exception("batch failed outside the model")
+            results = [exc] * len(batch)
+        finally:
+            self.running -= len(batch)
+            self._batches.discard(asyncio.current_task())
+            self.pump()  # the device is free: start the next batch before answering this one's callers
+            for index, item in enumerate(batch):
+                if item.future.done():
+                    continue  # its caller gave up while it ran
+                result = None if results is None else results[index]
+                if result is None:
+                    item.future.cancel()  # the batch task itself was cancelled (shutdown)
+                elif isinstance(result, Exception):
+                    item.future.set_exception(result)
+                else:
+                    item.future.set_result(result)
+
+
+def make_batcher(
+    settings: WorkerSettings, runner: Runner, device: DeviceQueue, on_computed: Callable[[int], None] | None = None
+) -> Batcher:
+    """Build the batcher the settings describe (mode, sizes, delays, queue limit)."""
+    policy = make_policy(settings.batching, settings.max_queue_delay_ms, settings.target_latency_ms)
+    return Batcher(
+        runner,
+        device,
+        policy,
+        max_batch=settings.max_batch_size,
+        max_batch_pixels=settings.max_batch_pixels,
+        queue_limit=settings.queue_limit,
+        on_computed=on_computed,
+    )

@@ -1,0 +1,127 @@
+"""Active health checks against real in-process workers: ending an ejection, and reporting a stalled backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from depthserve.balancer.types import RequestInfo
+from depthserve.gateway.dispatch.dispatcher import Dispatcher
+from depthserve.gateway.upstream.backend import Backend
+from depthserve.gateway.upstream.pool import BackendPool
+from depthserve.protocol.depth_api import DepthInputs, build_request
+from depthserve.settings import GatewaySettings, WorkerSettings
+from depthserve.testing.fakes import FixedOrder
+from depthserve.testing.tcp_proxy import TcpProxy
+from depthserve.worker.server import Worker
+
+INFO = RequestInfo(model="lingbot-depth")
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[Callable[..., Any]]:
+    started: list[Worker] = []
+
+    async def start(**overrides: Any) -> Worker:
+        settings = {"model": "synthetic", "synthetic_ms": 0.0, "warmup_levels": [0], **overrides}
+        worker = Worker(WorkerSettings(port=0, **settings))
+        await worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        await worker.server.stop(0)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_an_ejected_backend_that_serves_real_traffic_is_readmitted_though_its_probe_is_refused(
+    workers: Any, rgb_png: bytes
+) -> None:
+    worker = await workers(synthetic_ms=1500.0, queue_limit=1)
+    address = f"127.0.0.1:{worker.port}"
+    settings = GatewaySettings(backends=[address], slow_start_s=0, consecutive_errors=2, probe_inference_every=1)
+    pool = BackendPool(settings)
+    dispatcher = Dispatcher(pool, settings, FixedOrder())
+    backend = pool.backends[address]
+    backend.health.check_passed(pool.clock(), settings.healthy_threshold)
+    request = build_request("lingbot-depth", DepthInputs(image=rgb_png, output_format="npy"))
+
+    def fill_queue() -> asyncio.Task[Any]:
+        return asyncio.ensure_future(dispatcher.infer(request, INFO, 10.0, "real"))
+
+    try:
+        for _ in range(2):  # two failures on real traffic (as the dispatcher records them) eject it
+            backend.stats.started()
+            backend.stats.finished(False, 0.0, pool.clock())
+            pool.record_failure(backend)
+        assert backend.health.ejected(pool.clock())
+        real = [fill_queue(), fill_queue()]  # panic: the only backend takes traffic though ejected
+        await until(lambda: worker.batcher.waiting == 1)
+        await pool.checker.check(backend)  # its probe is refused (queue full): nothing proves it works yet
+        assert backend.health.ejected(pool.clock())
+        await asyncio.wait(real, return_when=asyncio.FIRST_COMPLETED)  # a real request succeeded since then
+        real.append(fill_queue())  # queued behind the one still running
+        await until(lambda: worker.batcher.waiting == 1)
+        await pool.checker.check(backend)  # refused again, but real traffic proved it: the ejection ends
+        assert not backend.health.ejected(pool.clock()) and backend.health.healthy
+        assert len(await asyncio.gather(*real)) == 3
+    finally:
+        await pool.close()
+
+
+async def test_a_health_check_that_times_out_reports_the_backend_stalled(workers: Any) -> None:
+    worker = await workers()
+    proxy = TcpProxy("127.0.0.1", worker.port)
+    stalled: list[Backend] = []
+    settings = GatewaySettings(backends=[f"127.0.0.1:{proxy.port}"], health_timeout_s=0.2, unhealthy_threshold=3)
+    pool = BackendPool(settings)
+    pool.stall_listeners.append(lambda address: stalled.append(pool.backends[address]))
+    (backend,) = pool.backends.values()
+    try:
+        await pool.checker.check(backend)
+        sent_at = pool.clock()  # a request sent now
+        assert backend.health.healthy and not stalled and await pool.still_answers(backend, sent_at)
+        proxy.freeze()
+        await pool.checker.check(backend)  # one timed-out check: still in (threshold 3), but reported at once
+        assert backend.health.healthy and stalled == [backend]
+        assert not await pool.still_answers(backend, sent_at)  # in doubt since it was sent: stuck, not slow
+        proxy.thaw()  # resumed: it answers again, but a request sent before the stall was stuck, not slow
+        await pool.checker.check(backend)
+        assert not await pool.still_answers(backend, sent_at) and await pool.still_answers(backend, pool.clock())
+    finally:
+        proxy.thaw()
+        proxy.close()
+        await pool.close()
+
+
+async def test_a_backend_back_from_an_outage_is_not_shunned_for_its_old_errors(workers: Any) -> None:
+    worker = await workers()
+    address = f"127.0.0.1:{worker.port}"
+    settings = GatewaySettings(backends=[address], healthy_threshold=2, unhealthy_threshold=2)
+    pool = BackendPool(settings)
+    backend = pool.backends[address]
+    try:
+        await pool.checker.check(backend)
+        for _ in range(5):  # the outage: failures on real traffic, then failed checks take it out
+            backend.stats.started()
+            backend.stats.finished(False, 0.0, pool.clock())
+        for _ in range(2):
+            backend.health.check_failed(settings.unhealthy_threshold)
+        assert not backend.health.healthy and backend.stats.error_rate > 0.8
+        for _ in range(2):  # back: two passed checks
+            await pool.checker.check(backend)
+        assert backend.health.healthy
+        # Policies cost a backend by its error rate (least_latency: x6 at 0.83); an EWMA that moves only with
+        # samples would keep a recovered backend nearly unused.
+        assert backend.stats.error_rate == 0.0 and backend.stats.consecutive_errors == 0
+    finally:
+        await pool.close()
