@@ -74,3 +74,15 @@ def test_bytes_are_counted_as_they_arrive_and_a_lease_keeps_them_until_closed() 
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError):
         UploadBudget(total_bytes=0, client_bytes=1, client_uploads=1)
+
+
+def test_a_discarded_body_gives_its_bytes_back_but_still_counts_as_an_upload() -> None:
+    budget = UploadBudget(total_bytes=1000, client_bytes=1000, client_uploads=1)
+    lease = budget.lease("key:a")
+    lease.add(700)
+    lease.discard()  # refused: its bytes are dropped while the rest of the upload is drained
+    assert budget.held == 0 and budget.uploading == 1 and lease.size == 0
+    with pytest.raises(GatewayError):
+        budget.lease("key:a")  # still sending: its upload slot is held until the drain ends
+    lease.close()
+    assert budget.held == 0 and budget.uploading == 0 and budget.clients == 0

@@ -236,7 +236,10 @@ def test_large_uploads_stay_within_the_request_memory_budget(tmp_path: Path) -> 
         worker.stop()
     assert rss_growth < 300, f"gateway RSS grew by {rss_growth:.0f} MB"
     statuses = Counter(reply.status_code for reply in replies)
-    assert set(statuses) <= {200, 503} and statuses[200] >= 1, statuses  # every upload answered
+    reasons = Counter(reply.json().get("reason") for reply in replies if reply.status_code != 200)
+    # Every upload answered, and some served: a refused upload gives its bytes back before it is drained,
+    # so uploads racing for the budget cannot all be refused together (as they were on a loaded machine).
+    assert set(statuses) <= {200, 503} and statuses[200] >= 1, (statuses, reasons)
     refused = [reply for reply in replies if reply.status_code == 503]
     assert refused and all(reply.json()["reason"] == "upload_memory_full" for reply in refused), statuses
     assert all("retry-after" in reply.headers for reply in refused)

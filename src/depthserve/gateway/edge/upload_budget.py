@@ -125,6 +125,16 @@ class UploadLease:
             self._use.uploading -= 1
             self._budget.uploading -= 1
 
+    def discard(self) -> None:
+        """The body is being dropped (its request refused): give back its bytes at once, before any drain.
+
+        Refused uploads drained while still holding their bytes kept the total full, so ten large uploads
+        racing for one budget could all be refused and none served.
+        """
+        if self.size and not self.closed:
+            self._budget._release(self._client, self._use, False, self.size)
+            self.size = 0
+
     def close(self) -> None:
         """Give back everything this lease holds (idempotent)."""
         if self.closed:

@@ -64,13 +64,18 @@ class BodyReader:
         self.http2 = http2
         self.lease = lease
         self.size = 0
+        self._chunks: list[bytes] = []  # the body read so far, dropped at once if the request is refused
 
     async def refuse(self, error: GatewayError, always: bool = False) -> GatewayError:
         """Prepare to answer `error` mid-upload: over HTTP/2 (or `always`) drain first so the client sees the answer.
 
         Budget refusals drain over HTTP/1.1 too (the rest is under the body limit and held nowhere): an
         HTTP/1.1 client still sending when the answer and the close come sees only a broken connection.
+        What was read is dropped and its bytes given back to the budget before the drain starts.
         """
+        self._chunks.clear()
+        if self.lease is not None:
+            self.lease.discard()
         if self.http2 or always:
             await drain(self._receive, self.size, self.limit if not self.http2 else DRAIN_LIMIT)
         return error
@@ -112,7 +117,7 @@ class BodyReader:
         """
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.limit:
             raise await self.refuse(self.too_large(declared))
-        chunks: list[bytes] = []
+        chunks = self._chunks
         buffered = 0
         more = True
         while more:
@@ -124,13 +129,14 @@ class BodyReader:
                 buffered += len(chunk)
             if inspect is not None and chunk:
                 head = b"".join(chunks)
-                chunks = [head]
+                chunks[:] = [head]
                 try:
                     decided = inspect(head, buffered >= INSPECT_AT or not more)
                 except GatewayError as error:
                     raise await self.refuse(error) from None
                 if decided:
                     inspect = None
+        self._chunks = []
         return chunks
 
 
