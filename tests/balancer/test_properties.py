@@ -119,3 +119,35 @@ def test_hashing_policies_are_deterministic_per_key(snap: Snapshot, key: str) ->
         first = make_policy("consistent_hash", options, seed=1).pick(snap, RequestInfo(headers={"x-session-id": key}))
         second = make_policy("consistent_hash", options, seed=2).pick(snap, RequestInfo(headers={"x-session-id": key}))
         assert first == second or not key  # an empty key has no header, so a random slot
+
+
+@st.composite
+def large_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Pools past FULL_SCAN, so the sampling paths of the cost-ranking policies run."""
+    count = draw(st.integers(9, 60))
+    views = [
+        BackendView(
+            f"w{i}",
+            weight=draw(weights),
+            in_flight=draw(st.integers(0, 40)),
+            peak_ewma_ms=draw(latencies),
+            load=draw(loads),
+        )
+        for i in range(count)
+    ]
+    return Snapshot(tuple(views), 0.0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=st.one_of(snapshots(), large_snapshots()), request=requests, limit=st.integers(1, 5))
+def test_a_pick_with_a_limit_lists_that_many_distinct_backends_serving_ones_first(
+    snap: Snapshot, request: RequestInfo, limit: int
+) -> None:
+    drained = {b.id for b in snap.table.drained}
+    for name, options in [*CONFIGS, ("score", {"sample_size": 4})]:
+        order = make_policy(name, options, seed=0).pick(snap, request, limit)
+        full = make_policy(name, options, seed=0).pick(snap, request)
+        assert len(order) == len(set(order)) == min(limit, len(full)), (name, options, order)
+        assert set(order) <= {b.id for b in snap.backends}
+        serving_seen = [i not in drained for i in order]
+        assert serving_seen == sorted(serving_seen, reverse=True), (name, order)  # drained ones only last

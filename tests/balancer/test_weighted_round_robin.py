@@ -1,4 +1,4 @@
-"""Smooth weighted round robin: exact proportions per cycle, interleaved, fallbacks by current weight."""
+"""Weighted round robin by earliest deadline: exact proportions per cycle, interleaved, fallbacks by next turn."""
 
 from __future__ import annotations
 
@@ -16,10 +16,16 @@ def firsts(weights: dict[str, float], picks: int) -> list[str]:
     return [policy.pick(snap, RequestInfo())[0] for _ in range(picks)]
 
 
-def test_nginx_sequence_for_5_1_1() -> None:
+def test_light_backends_land_mid_cycle_for_5_1_1() -> None:
     sequence = firsts({"a": 5, "b": 1, "c": 1}, 14)
-    assert "".join(sequence) == "aabacaa" * 2
+    assert "".join(sequence) == "aaabcaa" * 2  # turns start half a period in: b and c between a's turns
     assert Counter(sequence[:7]) == {"a": 5, "b": 1, "c": 1}
+
+
+def test_a_large_pool_gets_every_backend_once_per_cycle_of_equal_weights() -> None:
+    sequence = firsts({f"w{i}": 1 for i in range(1000)}, 3000)
+    for start in range(0, 3000, 1000):
+        assert Counter(sequence[start : start + 1000]) == {f"w{i}": 1 for i in range(1000)}
 
 
 @pytest.mark.parametrize("cycles", [1, 3, 10])

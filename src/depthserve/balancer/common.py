@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
+import random
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from depthserve.balancer.types import BackendView
+from depthserve.balancer.types import MAX_WEIGHT, MIN_WEIGHT, Table, View
 from depthserve.protocol.load_report import LoadReport
 
-MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6  # positive weights are clamped here, so costs and sums stay finite
+FULL_SCAN = 8  # policies that rank by cost scan pools up to this size, and a random sample of this size beyond
 
 
 class Options:
@@ -97,31 +99,50 @@ class Options:
             raise ValueError(f"{self._policy}: unknown option(s) {', '.join(map(repr, unknown))}; known: {known}")
 
 
-def weight_of(backend: BackendView) -> float:
+def weight_of(backend: View) -> float:
     """Give a usable weight, clamped to [MIN_WEIGHT, MAX_WEIGHT], or 0.0 for a drained one (weight <= 0 or NaN)."""
     weight = backend.weight
     return min(max(weight, MIN_WEIGHT), MAX_WEIGHT) if weight > 0 else 0.0
 
 
-def split_drained(backends: Sequence[BackendView]) -> tuple[list[BackendView], list[float], list[BackendView]]:
+def split_drained(backends: Sequence[View]) -> tuple[list[View], list[float], list[View]]:
     """Split into serving backends with their weights and drained ones; if all are drained, all serve at weight 1.
 
-    Weight <= 0 means "drain" (as in HAProxy): no new traffic while any backend has a positive weight, but the
-    backend stays listed last as a fallback, and traffic still flows when nothing else is left.
+    Weight <= 0 means "drain" (as in HAProxy); policies read the same split from their snapshot's Table,
+    made once per pool change.
     """
-    serving: list[BackendView] = []
-    weights: list[float] = []
-    drained: list[BackendView] = []
-    for backend in backends:
-        weight = weight_of(backend)
-        if weight > 0:
-            serving.append(backend)
-            weights.append(weight)
-        else:
-            drained.append(backend)
-    if not serving:
-        return list(drained), [1.0] * len(drained), []
-    return serving, weights, drained
+    table = Table(backends)
+    return list(table.serving), list(table.weights), list(table.drained)
+
+
+def count_for(limit: int | None, count: int) -> int:
+    """How many of `count` candidates a pick with `limit` lists (None: all)."""
+    return count if limit is None else max(0, min(limit, count))
+
+
+def with_drained(ids: Sequence[str], table: Table, limit: int | None) -> tuple[str, ...]:
+    """The serving picks, then drained backends as last-resort fallbacks, `limit` ids in all."""
+    room = count_for(limit, len(ids) + len(table.drained)) - len(ids)
+    if room <= 0:
+        return tuple(ids[: count_for(limit, len(ids))])
+    return (*ids, *(b.id for b in table.drained[:room]))
+
+
+def scan_or_sample(rng: random.Random, count: int, limit: int | None) -> Sequence[int]:
+    """Indices a cost-ranking policy looks at: every one for a small pool or a full order, else a random sample.
+
+    A sample of FULL_SCAN keeps a pick's cost flat as the pool grows (the best of a few random choices is
+    nearly as good as the best of all: Mitzenmacher's power of d choices). Drawn with repeats and deduplicated,
+    which is several times cheaper than `Random.sample` and differs from it only in rare repeats.
+    """
+    if limit is None or count <= FULL_SCAN:
+        return range(count)
+    wanted = max(FULL_SCAN, limit)
+    draw = rng.random
+    chosen = dict.fromkeys(int(draw() * count) for _ in range(wanted))
+    while len(chosen) < limit:
+        chosen[int(draw() * count)] = None
+    return list(chosen)
 
 
 def _finite(value: float) -> float | None:
@@ -147,7 +168,7 @@ def mem_fraction(load: LoadReport | None) -> float | None:
     return _finite(load.mem_used / load.mem_total)
 
 
-def latency_ms(backend: BackendView, metric: str = "peak_ewma") -> float:
+def latency_ms(backend: View, metric: str = "peak_ewma") -> float:
     """Give the backend's latency estimate, peak-EWMA falling back to EWMA; 0.0 means no sample yet."""
     value = backend.peak_ewma_ms if metric == "peak_ewma" else 0.0
     if not (math.isfinite(value) and value > 0):
@@ -188,9 +209,7 @@ def overloaded(load: LoadReport | None, max_temp_c: float, max_mem_fraction: flo
     return too_hot or (memory is not None and memory > max_mem_fraction)
 
 
-def exclude_overloaded(
-    backends: Sequence[BackendView], max_temp_c: float, max_mem_fraction: float
-) -> list[BackendView]:
+def exclude_overloaded(backends: Sequence[View], max_temp_c: float, max_mem_fraction: float) -> list[View]:
     """Drop overloaded backends, or keep them all when every one is overloaded (panic mode: serve, don't refuse)."""
     kept = [b for b in backends if not overloaded(b.load, max_temp_c, max_mem_fraction)]
     return kept or list(backends)
@@ -216,20 +235,22 @@ class HashTable:
             return key_hash % len(self.owners)
         return bisect_left(self.points, key_hash) % len(self.owners)
 
-    def walk(self, slot: int) -> list[str]:
-        """List every backend once: distinct owners in table order from `slot`, then any that won no slot."""
-        owners, count, wanted = self.owners, len(self.owners), len(self.ids)
+    def walk(self, slot: int, limit: int | None = None) -> list[str]:
+        """List `limit` backends (None: every one) once each: distinct owners in table order from `slot`, then
+        any that won no slot."""
+        owners, count = self.owners, len(self.owners)
+        wanted = len(self.ids) if limit is None else min(limit, len(self.ids))
         order: list[str] = []
         seen: set[str] = set()
         for step in range(count):
+            if len(order) >= wanted:
+                return order
             owner = owners[(slot + step) % count]
             if owner not in seen:
                 seen.add(owner)
                 order.append(owner)
-                if len(order) == wanted:
-                    return order
         order.extend(i for i in self.ids if i not in seen)
-        return order
+        return order[:wanted]
 
 
 class Rotation:
@@ -245,10 +266,19 @@ class Rotation:
         return start
 
     def cheapest_first(
-        self, serving: Sequence[BackendView], cost: Sequence[float], drained: Sequence[BackendView]
+        self,
+        table: Table,
+        indices: Sequence[int],
+        cost: Sequence[float],
+        limit: int | None,
     ) -> tuple[str, ...]:
-        """Serving backends by cost, ties taking turns, then the drained ones as last-resort fallbacks."""
-        count = len(serving)
+        """Serving backends at `indices` (costed alike) by cost, ties taking turns, then the drained ones."""
+        count = len(indices)
+        if not count:
+            return ()
         start = self.start(count)
-        order = sorted(range(count), key=lambda i: (cost[i], (i - start) % count))
-        return (*(serving[i].id for i in order), *(b.id for b in drained))
+        keys = [(cost[i], (i - start) % count, i) for i in range(count)]
+        wanted = count_for(limit, count)
+        order = heapq.nsmallest(wanted, keys) if wanted < count // 2 else sorted(keys)[:wanted]
+        serving = table.serving
+        return with_drained([serving[indices[i]].id for _, _, i in order], table, limit)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, ClassVar, Protocol
 
 from depthserve.protocol.load_report import LoadReport
+
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6  # positive weights are clamped here, so costs and sums stay finite
 
 
 @dataclass(frozen=True)
@@ -26,12 +29,80 @@ class BackendView:
     load: LoadReport | None = None
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """The eligible backends at time `now` (seconds, from the caller's clock)."""
+class View(Protocol):
+    """What a policy may read of one backend: the frozen BackendView, or a gateway view reading live counters."""
 
-    backends: tuple[BackendView, ...]
-    now: float = 0.0
+    @property
+    def id(self) -> str: ...  # noqa: D102
+
+    @property
+    def weight(self) -> float: ...  # noqa: D102
+
+    @property
+    def in_flight(self) -> int: ...  # noqa: D102
+
+    @property
+    def ewma_ms(self) -> float: ...  # noqa: D102
+
+    @property
+    def peak_ewma_ms(self) -> float: ...  # noqa: D102
+
+    @property
+    def error_rate(self) -> float: ...  # noqa: D102
+
+    @property
+    def load(self) -> LoadReport | None: ...  # noqa: D102
+
+
+class Table:
+    """One pool's eligible backends, split once into serving (weight > 0, with weights) and drained.
+
+    Built when the pool changes (membership, health, weights), never per request, so a policy reads the
+    split, the cumulative weights and a view by its id without walking the backends. Weight <= 0 means
+    "drain" (as in HAProxy): no new traffic while any backend has a positive weight; if all are drained,
+    all serve at weight 1. Policies may cache what they derive from a table by its identity.
+    """
+
+    __slots__ = ("backends", "serving", "weights", "drained", "cumulative", "total_weight", "by_id")
+
+    def __init__(self, backends: Sequence[View]) -> None:
+        self.backends: tuple[View, ...] = tuple(backends)
+        serving: list[View] = []
+        weights: list[float] = []
+        drained: list[View] = []
+        for backend in self.backends:
+            weight = backend.weight
+            if weight > 0:  # NaN and <= 0 drain
+                serving.append(backend)
+                weights.append(min(max(weight, MIN_WEIGHT), MAX_WEIGHT))
+            else:
+                drained.append(backend)
+        if not serving:
+            serving, weights, drained = drained, [1.0] * len(drained), []
+        self.serving: tuple[View, ...] = tuple(serving)
+        self.weights: tuple[float, ...] = tuple(weights)
+        self.drained: tuple[View, ...] = tuple(drained)
+        self.cumulative: tuple[float, ...] = tuple(accumulate(weights))  # for weighted draws by bisection
+        self.total_weight = self.cumulative[-1] if self.cumulative else 0.0
+        self.by_id = {backend.id: backend for backend in self.backends}
+
+
+EMPTY_TABLE = Table(())
+
+
+class Snapshot:
+    """The eligible backends at time `now` (seconds, from the caller's clock): a table and the moment of the pick."""
+
+    __slots__ = ("table", "now")
+
+    def __init__(self, backends: Sequence[View] = (), now: float = 0.0, table: Table | None = None) -> None:
+        self.table = table if table is not None else Table(backends) if backends else EMPTY_TABLE
+        self.now = now
+
+    @property
+    def backends(self) -> tuple[View, ...]:
+        """Every eligible backend, in the pool's order."""
+        return self.table.backends
 
 
 @dataclass(frozen=True)
@@ -53,8 +124,12 @@ class Policy(Protocol):
 
     name: ClassVar[str]
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
-        """Return backend ids, best first, each at most once; never block, never do I/O."""
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
+        """Return at most `limit` backend ids (None: all), best first, each at most once; never block, no I/O.
+
+        A pick costs O(limit) where the policy allows (round robin, p2c, hashing), so a request's policy
+        work does not grow with the pool.
+        """
         ...
 
 

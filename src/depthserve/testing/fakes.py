@@ -24,6 +24,6 @@ class FixedOrder:
 
     name = "fixed_order"
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
-        """Return every backend id in the snapshot's order."""
-        return tuple(view.id for view in snapshot.backends)
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
+        """Return the first `limit` backend ids in the snapshot's order."""
+        return tuple(view.id for view in snapshot.backends[:limit])

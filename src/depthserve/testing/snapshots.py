@@ -39,7 +39,8 @@ def pool(count: int, prefix: str = "w", **fields: Any) -> Snapshot:
 
 def update(snap: Snapshot, backend_id: str, **fields: Any) -> Snapshot:
     """Return the snapshot with one backend's fields changed."""
-    return Snapshot(tuple(replace(b, **fields) if b.id == backend_id else b for b in snap.backends), snap.now)
+    views = [b for b in snap.backends if isinstance(b, BackendView)]
+    return Snapshot(tuple(replace(b, **fields) if b.id == backend_id else b for b in views), snap.now)
 
 
 def request(session: str | None = None, client: str = "", **headers: str) -> RequestInfo:

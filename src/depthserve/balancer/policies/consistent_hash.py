@@ -7,10 +7,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import HashTable, Options, split_drained, stable_hash
+from depthserve.balancer.common import HashTable, Options, count_for, stable_hash, with_drained
 from depthserve.balancer.policies.maglev import TABLE_SIZE, build_maglev, is_prime, maglev_layout
 from depthserve.balancer.policies.ring import VNODES, build_ring, ring_layout
-from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
+from depthserve.balancer.types import RequestInfo, Snapshot, Table, View
 
 CACHED_TABLES = 8  # a flapping backend alternates between two sets; keep a few tables instead of rebuilding
 WEIGHT_STEP = 1.25  # weights snap to powers of this, relative to the largest, before a table is laid out
@@ -24,7 +24,8 @@ class ConsistentHash:
     client address (random if that is empty too), `random` starts at a random slot. Hashes are blake2b, never
     Python's salted `hash`, so every gateway process maps a key alike. Tables depend only on the set of ids and
     their weights snapped to levels (see `_settle`), never on snapshot order, and are rebuilt only when those
-    change. With `bounded_load` c >= 1 (0 = off), a backend may hold at most
+    change; a pick on the pool table it saw last costs a slot lookup and a walk to `limit` distinct backends.
+    With `bounded_load` c >= 1 (0 = off), a backend may hold at most
     ceil(c * (total_in_flight + 1) * w / sum(w)) requests (ceil(c * (total + 1) / n) with equal weights;
     Mirrokni et al. 2018): busier ones are passed over to the next on the walk and listed after those under
     the cap. Drained backends (weight <= 0) come last.
@@ -52,6 +53,7 @@ class ConsistentHash:
         self._by_view: dict[tuple[tuple[str, float], ...], HashTable] = {}
         self._by_layout: dict[tuple[tuple[str, int], ...], HashTable] = {}
         self._settled: dict[tuple[str, ...], tuple[dict[str, int], HashTable]] = {}  # per id set: levels, table
+        self._last: tuple[Table, HashTable] | None = None  # the pool table picked on last, and its hash table
 
     @classmethod
     def read_table_options(cls, parse: Options) -> dict[str, Any]:
@@ -94,7 +96,7 @@ class ConsistentHash:
                 return None
         return request.client or None
 
-    def table(self, serving: Sequence[BackendView], weights: Sequence[float]) -> HashTable:
+    def table(self, serving: Sequence[View], weights: Sequence[float]) -> HashTable:
         """Give the table for these backends and weights; a pick with the same view as before costs a dict lookup."""
         view = tuple(zip((b.id for b in serving), weights, strict=True))
         table = self._by_view.get(view)
@@ -128,20 +130,30 @@ class ConsistentHash:
         self._by_view.clear()  # views cached against the old levels would now disagree
         return table
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
+    def _table_for(self, pool: Table) -> HashTable:
+        """The hash table of a pool table: the last one's at no cost, else looked up by its ids and weights."""
+        if self._last is not None and self._last[0] is pool:
+            return self._last[1]
+        table = self.table(pool.serving, pool.weights)
+        self._last = (pool, table)
+        return table
+
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
         """Walk the table from the key's slot, passing over backends at their cap when the load is bounded."""
-        serving, weights, drained = split_drained(snapshot.backends)
-        if not serving:
+        pool = snapshot.table
+        if not pool.serving:
             return ()
-        table = self.table(serving, weights)
+        table = self._table_for(pool)
         key = self.key(request)
         slot = table.slot(stable_hash(key)) if key is not None else self._rng.randrange(len(table.owners))
-        order = table.walk(slot)
         if self._bound:
-            order = self._bounded(order, serving, weights)
-        return (*order, *(b.id for b in drained))
+            order = self._bounded(table.walk(slot), pool.serving, pool.weights)[: count_for(limit, len(pool.serving))]
+        else:
+            order = table.walk(slot, limit)
+        return with_drained(order, pool, limit)
 
-    def _bounded(self, order: list[str], serving: Sequence[BackendView], weights: Sequence[float]) -> list[str]:
+    def _bounded(self, order: list[str], serving: Sequence[View], weights: Sequence[float]) -> list[str]:
+        """Backends under their load cap first, in walk order (reads every in-flight count: O(N))."""
         in_flight = {b.id: max(b.in_flight, 0) for b in serving}
         share = {b.id: w for b, w in zip(serving, weights, strict=True)}
         scale = self._bound * (sum(in_flight.values()) + 1) / sum(weights)

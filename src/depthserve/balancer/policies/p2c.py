@@ -6,8 +6,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, fill_worst, outstanding, split_drained
-from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
+from depthserve.balancer.common import Options, count_for, fill_worst, outstanding, with_drained
+from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 
 def choose(sample: Sequence[int], rank: Sequence[tuple[float, bool]]) -> int:
@@ -22,9 +22,10 @@ class PowerOfTwoChoices:
     fewest in flight), so the more loaded of the samples is never chosen. Load is the gateway's in-flight count;
     with `use_reports` it is max(in_flight, queue + running) from the worker's report: the report also counts
     other gateways' requests, and max() rather than a sum avoids counting ours twice. An unknown report counts
-    as the busiest known one and loses ties, so unknown never passes for idle. Sampling without replacement
-    means a pool no larger than `choice_count` is a full scan. Fallbacks: the other samples, then the rest, by
-    effective weight. Drained backends (weight <= 0) come last.
+    as the busiest known one (of those sampled) and loses ties, so unknown never passes for idle. Sampling without
+    replacement means a pool no larger than `choice_count` is a full scan. Fallbacks: the other samples, then
+    (for a `limit` past `choice_count`) more random samples, by effective weight; a full order ranks the rest
+    too. A pick reads only the backends it samples: O(limit). Drained backends (weight <= 0) come last.
     """
 
     name: ClassVar[str] = "p2c"
@@ -47,29 +48,39 @@ class PowerOfTwoChoices:
         parse.done()
         return cls(choice_count, bias, use_reports, seed)
 
-    def _loads(self, serving: Sequence[BackendView]) -> tuple[list[float], list[bool]]:
-        in_flight = [float(max(b.in_flight, 0)) for b in serving]
+    def _loads(self, sampled: Sequence[View]) -> tuple[list[float], list[bool]]:
+        in_flight = [float(max(b.in_flight, 0)) for b in sampled]
         if not self._use_reports:
-            return in_flight, [False] * len(serving)
-        reported = [outstanding(b.load) for b in serving]
+            return in_flight, [False] * len(sampled)
+        reported = [outstanding(b.load) for b in sampled]
         unknown = [r is None for r in reported]
         return [max(f, r) for f, r in zip(in_flight, fill_worst(reported), strict=True)], unknown
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
-        """Sample, choose the least loaded sample, then list the fallbacks."""
-        serving, weights, drained = split_drained(snapshot.backends)
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
+        """Sample, choose the least loaded of the first `choice_count` samples, then list the fallbacks."""
+        table = snapshot.table
+        serving = table.serving
         count = len(serving)
         if not count:
             return ()
-        loads, unknown = self._loads(serving)
-        bias = self._bias
+        choices = min(self._choice_count, count)
+        wanted = count_for(limit, count)
+        sample = self._rng.sample(range(count), choices)
+        if wanted > choices:  # fallbacks beyond the choices: more random backends, or all of them
+            taken = set(sample)
+            if limit is None or wanted * 2 > count:
+                rest = [i for i in range(count) if i not in taken]  # ranked below; ties keep the pool's order
+            else:
+                rest = [i for i in self._rng.sample(range(count), min(count, wanted * 2)) if i not in taken]
+            sample += rest[: wanted - choices]
+        loads, unknown = self._loads([serving[i] for i in sample])
+        weights, bias = table.weights, self._bias
         rank = [
-            (-(w / (load + 1.0) if bias == 1.0 else w / (load + 1.0) ** bias), u)
-            for w, load, u in zip(weights, loads, unknown, strict=True)
+            (-(weights[i] / (load + 1.0) if bias == 1.0 else weights[i] / (load + 1.0) ** bias), u)
+            for i, load, u in zip(sample, loads, unknown, strict=True)
         ]
-        sample = self._rng.sample(range(count), min(self._choice_count, count))
-        best = choose(sample, rank)
-        others = sorted((i for i in sample if i != best), key=rank.__getitem__)
-        sampled = set(sample)
-        rest = sorted((i for i in range(count) if i not in sampled), key=rank.__getitem__)
-        return (*(serving[i].id for i in (best, *others, *rest)), *(b.id for b in drained))
+        best = choose(range(choices), rank)
+        others = sorted((j for j in range(choices) if j != best), key=rank.__getitem__)
+        rest = sorted(range(choices, len(sample)), key=rank.__getitem__)
+        ids = [serving[sample[j]].id for j in (best, *others, *rest)]
+        return with_drained(ids[:wanted], table, limit)

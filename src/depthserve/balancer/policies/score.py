@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from depthserve.balancer.common import (
     Options,
     Rotation,
+    count_for,
     exclude_overloaded,
     fill_median,
     fill_worst,
@@ -16,9 +18,9 @@ from depthserve.balancer.common import (
     mem_fraction,
     min_max,
     outstanding,
-    split_drained,
+    with_drained,
 )
-from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
+from depthserve.balancer.types import RequestInfo, Snapshot, Table, View
 
 
 class Score:
@@ -34,7 +36,9 @@ class Score:
     hot_penalty x (sum of component weights) added, i.e. it must beat the others by that share of the range.
     An unknown report (None) counts as the worst known value of each report-based component and loses ties,
     so unknown never passes for idle; it is never excluded, since nothing is known to be wrong with it.
-    Remaining ties rotate. Drained backends (weight <= 0) come last.
+    Remaining ties rotate. Drained backends (weight <= 0) come last. Scores are relative, so every
+    candidate is read on each pick (O(N)) unless `sample_size` n >= 2 is set: then a pick for a few
+    candidates scores n random serving backends only, and costs the same whatever the pool's size.
     """
 
     name: ClassVar[str] = "score"
@@ -50,6 +54,8 @@ class Score:
         max_mem_fraction: float = 0.95,
         hot_util: float = 0.8,
         hot_penalty: float = 0.1,
+        sample_size: int = 0,
+        seed: int | None = None,
     ) -> None:
         self._weights = (w_queue, w_in_flight, w_latency, w_gpu_util, w_gpu_mem)
         self._max_temp_c = max_temp_c
@@ -57,6 +63,8 @@ class Score:
         self._hot_util = hot_util
         self._hot_penalty = hot_penalty * sum(self._weights)
         self._rotation = Rotation()
+        self._sample_size = sample_size
+        self._rng = random.Random(seed)
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> Score:
@@ -78,11 +86,13 @@ class Score:
             max_mem_fraction=parse.number("max_mem_fraction", 0.95, 0.0, 1.0, clamp=True),
             hot_util=parse.number("hot_util", 0.8, 0.0, 1.0, clamp=True),
             hot_penalty=parse.number("hot_penalty", 0.1, 0.0, 10.0, clamp=True),
+            sample_size=_sample_size(parse),
+            seed=seed,
         )
         parse.done()
         return score
 
-    def scores(self, backends: Sequence[BackendView], weights: Sequence[float]) -> list[float]:
+    def scores(self, backends: Sequence[View], weights: Sequence[float]) -> list[float]:
         """Score candidates (lower is better); exposed so tests and the simulator can see why an order came out."""
         loads = [b.load for b in backends]
         components = (
@@ -105,14 +115,33 @@ class Score:
                 total[i] += self._hot_penalty
         return total
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
+    def _candidates(self, table: Table, limit: int | None) -> Table:
+        """The backends scored on this pick: all of them, or a random sample of `sample_size` serving ones."""
+        count = len(table.serving)
+        size = max(self._sample_size, limit or 0)
+        if not self._sample_size or limit is None or count <= size:
+            return table
+        return Table([table.serving[i] for i in self._rng.sample(range(count), size)])
+
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
         """Leave out overloaded backends, score the rest and sort."""
-        kept = exclude_overloaded(snapshot.backends, self._max_temp_c, self._max_mem_fraction)
-        serving, weights, drained = split_drained(kept)
+        pool = self._candidates(snapshot.table, limit)
+        kept = exclude_overloaded(pool.backends, self._max_temp_c, self._max_mem_fraction)
+        table = Table(kept) if len(kept) < len(pool.backends) else pool
+        serving, weights = table.serving, table.weights
         count = len(serving)
         if not count:
             return ()
         start = self._rotation.start(count)
         total = self.scores(serving, weights)
         order = sorted(range(count), key=lambda i: (total[i], serving[i].load is None, (i - start) % count))
-        return (*(serving[i].id for i in order), *(b.id for b in drained))
+        ids = [serving[i].id for i in order[: count_for(limit, count)]]
+        return with_drained(ids, table if pool is snapshot.table else snapshot.table, limit)
+
+
+def _sample_size(parse: Options) -> int:
+    """Read `sample_size`: 0 (every candidate scored, the default) or 2..1000."""
+    size = parse.integer("sample_size", 0, 0, 1000)
+    if size == 1:
+        raise ValueError("score: option 'sample_size' must be 0 (score all) or at least 2, got 1")
+    return size
