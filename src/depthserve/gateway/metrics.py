@@ -28,14 +28,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.edge.buffer_limits import buffer_metrics
 from depthserve.gateway.edge.edge import Edge
-from depthserve.gateway.upstream.backend_health import DRAINING, EJECTED, READY, UNHEALTHY, WARMING
+from depthserve.gateway.upstream.backend_health import DRAINING, EJECTED, LEAVING, READY, UNHEALTHY, WARMING
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.buckets import LATENCY_BOUNDS_S, BucketCounts
 from depthserve.telemetry.build_info import BuildInfo
 from depthserve.telemetry.history import RequestHistory
 
-STATES = (WARMING, READY, UNHEALTHY, EJECTED, DRAINING)
+STATES = (WARMING, READY, UNHEALTHY, EJECTED, DRAINING, LEAVING)
 MODEL_KEY = "depthserve.model"  # scope keys an endpoint sets so the middleware can label its request
 BACKEND_KEY = "depthserve.backend"
 JobsSource = Callable[[], Awaitable[tuple[int, float | None]]]  # (jobs queued, epoch of the oldest)
@@ -157,7 +157,7 @@ class GatewayCollector(Collector):
             "depthserve_gateway_backend_load_report_age_seconds", "Age of the backend's last load report.", labels=b
         )
         for address, backend in pool.backends.items():
-            current = backend.health.state(now)
+            current = backend.state(now)
             stats = backend.stats
             up.add_metric([address], 1.0 if current == READY else 0.0)
             for name in STATES:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import grpc
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.gateway.errors import GatewayError, from_rpc_error, grpc_status
+from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.http.depth_route import check_depth_part, pixel_check
 from depthserve.gateway.http.request_cost import check_oip_cost
 from depthserve.settings import GatewaySettings
@@ -84,18 +83,3 @@ def test_a_depth_part_larger_than_the_image_is_refused(rgb_png: bytes) -> None:
     with pytest.raises(GatewayError) as caught:
         check_depth_part(rgb_png, png_bytes(np.zeros((480, 640), np.uint16)))
     assert caught.value.status == 400 and "480x640 (HxW) but the image is 48x64" in caught.value.message
-
-
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
-
-
-def test_a_reply_too_large_is_413_never_overloaded() -> None:
-    error = from_rpc_error(rpc_error(grpc.StatusCode.OUT_OF_RANGE, "the npy reply ... 64 MiB limit"), "w1")
-    assert (error.status, error.reason, error.retry_after) == (413, "reply_too_large", None)
-    received = "Received message larger than max (70000000 vs. 67108864)"
-    error = from_rpc_error(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, received), "w1")
-    assert (error.status, error.reason, error.retry_after) == (413, "reply_too_large", None)
-    overloaded = from_rpc_error(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full"), "w1")
-    assert (overloaded.status, overloaded.reason) == (503, "backend_overloaded")
-    assert grpc_status(error) == grpc.StatusCode.OUT_OF_RANGE  # gRPC clients are not told to retry either

@@ -39,12 +39,6 @@ def test_ejection_grows_with_each_ejection_capped_and_a_passed_check_ends_it() -
     assert not health.ejected(201)
 
 
-def test_operator_drain_wins() -> None:
-    health = BackendHealth(drained=True)
-    health.check_passed(0, 2)
-    assert health.state(0) == DRAINING
-
-
 def test_a_health_answer_alone_does_not_outvote_a_failed_inference_or_end_an_ejection() -> None:
     health = BackendHealth()
     health.check_passed(0, 2)

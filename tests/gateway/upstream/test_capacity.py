@@ -18,7 +18,7 @@ async def test_a_backend_is_known_full_from_a_fresh_report_and_calls_sent_since(
         a1.record_load(LoadReport(queue=3, queue_limit=4), clock())
         a2.record_load(LoadReport(queue=4, queue_limit=4), clock())
         assert pool.known_full("h:2") and not pool.known_full("h:1")
-        a1.stats.started()  # a call sent after its report takes its room until the next report says
+        assert pool.checkout("h:1") is not None  # a call sent after its report takes its room until the next report
         assert pool.known_full("h:1")
         a1.record_load(LoadReport(queue=2, queue_limit=4), clock())
         assert not pool.known_full("h:1") and a1.stats.sent_since_report == 0

@@ -38,9 +38,9 @@ async def test_the_ejection_cap_counts_the_model_pool_not_every_backend() -> Non
         for port in range(3, 11):  # another model's eight backends must not raise the small pool's cap
             pool.add(BackendSpec(f"big:{port}", model="big"))
         for backend in small:
-            backend.stats.started()
-            backend.stats.finished(False, 0.0, clock())
-            pool.record_failure(backend)
+            call = pool.checkout(backend.address)
+            assert call is not None
+            call.failed()
         assert [backend.health.ejected(clock()) for backend in small] == [True, False]  # 1 of 2 is its 50%
     finally:
         await pool.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.protocol.load_report import LoadReport
 from depthserve.settings import GatewaySettings
+from depthserve.testing.fake_transport import FakeFleet
 from depthserve.testing.fakes import FakeClock
 
 
@@ -93,5 +94,48 @@ async def test_slow_start_ramps_weight_of_a_newly_ready_backend() -> None:
         assert {v.id: v.weight for v in pool.snapshot().backends}["new:2"] == 0.5
         clock.advance(5.0)
         assert {v.id: v.weight for v in pool.snapshot().backends}["new:2"] == 1.0
+    finally:
+        await pool.close()
+
+
+async def test_tables_are_built_on_change_only_and_their_views_read_live_counters() -> None:
+    clock = FakeClock()
+    settings = GatewaySettings(backends=["a:1", "b:2", "c:3"], slow_start_s=0)
+    pool = BackendPool(settings, clock=clock, transports=FakeFleet())
+    try:
+        for backend in pool.backends.values():
+            backend.health.check_passed(clock(), healthy_threshold=2)
+        first = pool.snapshot().table
+        for _ in range(1000):
+            assert pool.snapshot().table is first  # a request costs no rebuild
+        call = pool.checkout("a:1")
+        assert call is not None and first.by_id["a:1"].in_flight == 1  # live: no rebuild for a count
+        call.ok()
+        assert first.by_id["a:1"].in_flight == 0 and pool.tables.builds == 1
+        pool.set_drained("b:2", True)  # an operator's drain
+        assert {v.id for v in pool.snapshot().backends} == {"a:1", "c:3"} and pool.tables.builds == 2
+        pool.backends["c:3"].health.eject(clock(), base_s=30, max_s=300)  # an ejection
+        assert {v.id for v in pool.snapshot().backends} == {"a:1"}
+        clock.advance(29.0)
+        assert {v.id for v in pool.snapshot().backends} == {"a:1"} and pool.tables.builds == 3
+        clock.advance(1.0)  # the ejection runs out: the table knew when it would be stale
+        assert {v.id for v in pool.snapshot().backends} == {"a:1", "c:3"} and pool.tables.builds == 4
+        pool.remove("a:1")  # discovery removed it
+        assert {v.id for v in pool.snapshot().backends} == {"c:3"}
+    finally:
+        await pool.close()
+
+
+async def test_a_slow_start_ramp_rebuilds_the_table_once_per_step() -> None:
+    clock = FakeClock()
+    pool = BackendPool(GatewaySettings(backends=["new:2"], slow_start_s=10.0), clock=clock, transports=FakeFleet())
+    try:
+        pool.backends["new:2"].health.check_passed(clock(), healthy_threshold=2)
+        seen = []
+        for _ in range(100):  # 10 s in steps of 0.1 s
+            seen.append(pool.snapshot().backends[0].weight)
+            clock.advance(0.1)
+        assert seen[0] == 0.1 and seen[-1] == 0.9 and sorted(seen) == seen
+        assert pool.tables.builds <= 11  # one table per 10% step, not one per request
     finally:
         await pool.close()

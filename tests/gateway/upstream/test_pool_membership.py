@@ -33,12 +33,14 @@ async def test_removal_waits_for_in_flight_requests() -> None:
         pool.add(BackendSpec("b:2", source="file"))
         ready(pool, clock)
         assert {v.id for v in pool.snapshot().backends} == {"a:1", "b:2"}
-        pool.backends["b:2"].stats.started()
+        call = pool.checkout("b:2")
+        assert call is not None
         pool.remove("b:2")
         assert {v.id for v in pool.snapshot().backends} == {"a:1"}  # no new requests at once
+        assert pool.checkout("b:2") is None
         await asyncio.sleep(0.2)
         assert "b:2" in pool.backends and pool.describe()[1]["state"] == "leaving"  # still finishing one
-        pool.backends["b:2"].stats.finished(True, 1.0, clock())
+        call.ok()
         while "b:2" in pool.backends:
             await asyncio.sleep(0.02)
     finally:
@@ -50,10 +52,11 @@ async def test_added_back_while_leaving_stays() -> None:
     pool = BackendPool(GatewaySettings(slow_start_s=0), clock=clock)
     try:
         pool.add(BackendSpec("b:2"))
-        pool.backends["b:2"].stats.started()
+        call = pool.checkout("b:2")
+        assert call is not None
         pool.remove("b:2")
         backend = pool.add(BackendSpec("b:2", weight=2.0))
-        backend.stats.finished(True, 1.0, clock())
+        call.ok()
         await asyncio.sleep(0.2)
         assert pool.backends["b:2"] is backend and not backend.leaving and backend.spec.weight == 2.0
     finally:
@@ -123,8 +126,8 @@ class Named:
     def __init__(self, *addresses: str) -> None:
         self.addresses = addresses
 
-    def pick(self, snapshot: Snapshot, request: RequestInfo) -> tuple[str, ...]:
-        return self.addresses
+    def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
+        return self.addresses[:limit]
 
 
 async def test_a_pick_of_a_backend_that_left_is_retried_elsewhere(rgb_png: bytes) -> None:
@@ -188,7 +191,8 @@ async def test_a_model_whose_backends_are_all_leaving_is_unavailable_not_unknown
     try:
         pool.add(BackendSpec("b:2", model="depth"))
         ready(pool, clock)
-        pool.backends["b:2"].stats.started()  # one request still running there: leaving, not gone
+        call = pool.checkout("b:2")  # one request still running there: leaving, not gone
+        assert call is not None
         pool.remove("b:2")
         request = build_request("depth", DepthInputs(image=rgb_png, output_format="npy"))
         with pytest.raises(GatewayError) as drained:
@@ -197,6 +201,6 @@ async def test_a_model_whose_backends_are_all_leaving_is_unavailable_not_unknown
         with pytest.raises(GatewayError) as unknown:
             pool.snapshot_for(RequestInfo(model="other"))
         assert unknown.value.status == 404
-        pool.backends["b:2"].stats.abandoned()
+        call.abandoned()
     finally:
         await pool.close()

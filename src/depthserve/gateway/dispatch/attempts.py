@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.upstream.transport import InferRequest
 
 if TYPE_CHECKING:
     from depthserve.gateway.dispatch.dispatcher import Dispatcher
@@ -49,7 +50,7 @@ class Attempts:
     def __init__(
         self,
         dispatcher: Dispatcher,
-        request: pb.ModelInferRequest,
+        request: InferRequest,
         request_id: str,
         candidates: list[str],
         deadline: float,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeAlias, TypeVar, cast
+from typing import TypeVar
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -17,10 +17,9 @@ from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.upload_budget import UploadLease
 from depthserve.gateway.errors import GatewayError
-from depthserve.protocol.infer_wire import WireRequest
+from depthserve.gateway.upstream.transport import InferRequest
 from depthserve.settings import GatewaySettings
 
-InferRequest: TypeAlias = pb.ModelInferRequest | WireRequest  # a WireRequest is already serialized
 T = TypeVar("T")
 BuildRequest = Callable[[UploadLease], Awaitable[InferRequest]]  # reads the body, counting it on the lease
 MIN_REQUEST_TIMEOUT_S = 0.001  # a shorter deadline could only ever time out: refused as unusable
@@ -82,8 +81,7 @@ class Forwarder:
             async with edge.admission.admit(model, deadline, edge.priority(headers), who):
                 left = deadline - edge.clock()
                 info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
-                message = cast(pb.ModelInferRequest, request)  # the stub sends a WireRequest as it is
-                return await self.dispatcher.infer(message, info, left, request_id, timeout_s)
+                return await self.dispatcher.infer(request, info, left, request_id, timeout_s)
 
     async def _upload(self, build: BuildRequest, lease: UploadLease, deadline: float, timeout_s: float) -> InferRequest:
         """Run `build` under the upload timeout (408), or the request's deadline if that comes first (504)."""

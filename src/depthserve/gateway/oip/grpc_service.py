@@ -21,9 +21,10 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.upload_budget import UploadLease
-from depthserve.gateway.errors import GatewayError, grpc_status
+from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.http.error_boundary import clean_request_id
 from depthserve.gateway.metrics import GatewayMetrics
+from depthserve.gateway.oip.grpc_status import grpc_status
 from depthserve.gateway.oip.json_requests import check_request
 from depthserve.gateway.oip.replies import with_raw_outputs
 from depthserve.gateway.oip.service import OipService

@@ -11,7 +11,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve import __version__
@@ -19,13 +18,13 @@ from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.dispatch.forwarding import BuildRequest, Forwarder, InferRequest
 from depthserve.gateway.edge.upload_budget import UploadLease
-from depthserve.gateway.errors import GatewayError, from_rpc_error, no_backend
+from depthserve.gateway.errors import GatewayError, no_backend
 from depthserve.gateway.http.request_cost import check_oip_cost
 from depthserve.gateway.oip.json_requests import check_name
 from depthserve.gateway.oip.replies import config_from_metadata, message_to_json
 from depthserve.gateway.oip.stats import ModelStats
-from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.pool import BackendPool
+from depthserve.gateway.upstream.transport import Fault, Transport, TransportError
 from depthserve.protocol.infer_wire import header_of
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.tracing import span
@@ -55,48 +54,55 @@ class OipService:
         """Ready while at least one backend may take traffic."""
         return self.pool.ready_count() > 0
 
-    def _candidates(self, model: str, version: str) -> list[Backend]:
+    def _candidates(self, model: str, version: str) -> list[str]:
         """The ready backends of the model's pool (404 if no backend is tagged with it), in policy order."""
         info = RequestInfo(model=model, version=version)
-        order = self.dispatcher.policy_for(model).pick(self.pool.snapshot_for(info), info)
-        return [self.pool.backends[address] for address in order if address in self.pool.backends]
+        return list(self.dispatcher.policy_for(model).pick(self.pool.snapshot_for(info), info))
 
-    async def _ask(self, model: str, version: str, call: Callable[[Backend, float], Awaitable[T]]) -> T:
-        """Ask ready backends in policy order until one answers; NOT_FOUND from every one is a 404."""
+    async def _ask(self, model: str, version: str, call: Callable[[Transport, float], Awaitable[T]]) -> T:
+        """Ask ready backends in policy order until one answers; NOT_FOUND from every one is a 404.
+
+        Each question is a call on the pool like an inference (counted in flight), never a latency sample.
+        """
         failure: GatewayError | None = None
-        for backend in self._candidates(model, version):
-            try:
-                return await call(backend, self.settings.per_try_timeout_s)
-            except grpc.aio.AioRpcError as error:
-                translated = from_rpc_error(error, backend.address)
-                if failure is None or failure.status == 404:  # a backend fault says more than "not here"
-                    failure = translated
+        for address in self._candidates(model, version):
+            claim = self.pool.checkout(address)
+            if claim is None:
+                continue
+            with claim:
+                try:
+                    return await call(claim.backend.transport, self.settings.per_try_timeout_s)
+                except TransportError as error:
+                    translated = error.error(address)
+                    if failure is None or failure.status == 404:  # a backend fault says more than "not here"
+                        failure = translated
         raise failure or no_backend(model)
 
     async def model_ready(self, model: str, version: str) -> bool:
         """Whether some ready backend says the model (and version) is ready."""
         check_model(model, version)
-        request = pb.ModelReadyRequest(name=model, version=version)
         try:
             candidates = self._candidates(model, version)
         except GatewayError:
             return False
-        for backend in candidates:
-            try:
-                reply = await backend.stub.ModelReady(request, timeout=self.settings.health_timeout_s)
-            except grpc.aio.AioRpcError:
+        for address in candidates:
+            claim = self.pool.checkout(address)
+            if claim is None:
                 continue
-            if reply.ready:
-                return True
+            with claim:
+                try:
+                    if await claim.backend.transport.model_ready(model, version, self.settings.health_timeout_s):
+                        return True
+                except TransportError:
+                    continue
         return False
 
     async def model_metadata(self, model: str, version: str) -> pb.ModelMetadataResponse:
         """The model's metadata, as a backend that serves it reports it."""
         check_model(model, version)
-        request = pb.ModelMetadataRequest(name=model, version=version)
 
-        async def ask(backend: Backend, timeout: float) -> pb.ModelMetadataResponse:
-            return await backend.stub.ModelMetadata(request, timeout=timeout)
+        async def ask(transport: Transport, timeout: float) -> pb.ModelMetadataResponse:
+            return await transport.model_metadata(model, version, timeout)
 
         return await self._ask(model, version, ask)
 
@@ -104,22 +110,17 @@ class OipService:
         """The model's Triton config (REST JSON form): the backend's own, or derived from its metadata."""
         check_model(model, version)
 
-        async def ask(backend: Backend, timeout: float) -> dict[str, Any]:
+        async def ask(transport: Transport, timeout: float) -> dict[str, Any]:
             try:
-                reply = await backend.stub.ModelConfig(
-                    pb.ModelConfigRequest(name=model, version=version), timeout=timeout
-                )
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+                reply = await transport.model_config(model, version, timeout)
+            except TransportError as error:
+                if error.fault is not Fault.UNIMPLEMENTED:
                     raise
             else:
                 config = message_to_json(reply.config)
                 config.setdefault("max_batch_size", 0)
                 return config
-            meta = await backend.stub.ModelMetadata(
-                pb.ModelMetadataRequest(name=model, version=version), timeout=timeout
-            )
-            return config_from_metadata(meta)
+            return config_from_metadata(await transport.model_metadata(model, version, timeout))
 
         return await self._ask(model, version, ask)
 

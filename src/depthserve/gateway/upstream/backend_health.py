@@ -1,14 +1,23 @@
 """One backend's health flags: what active checks, passive ejection and operators say about it.
 
 Health checking and outlier detection only flip these flags; the pool derives the eligible set
-from them (Envoy's reloadHealthyHosts), and policies never see ejection at all.
+from them (Envoy's reloadHealthyHosts), and policies never see ejection at all. Every flip that can
+change that set calls `on_change`, so the pool rebuilds its tables then and only then.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-WARMING, READY, UNHEALTHY, EJECTED, DRAINING = "warming", "ready", "unhealthy", "ejected", "draining"
+WARMING, READY, UNHEALTHY, EJECTED, DRAINING, LEAVING = (
+    "warming",
+    "ready",
+    "unhealthy",
+    "ejected",
+    "draining",
+    "leaving",
+)
 
 
 @dataclass
@@ -22,10 +31,10 @@ class BackendHealth:
     check_successes: int = 0  # consecutive passed active checks
     ejected_until: float = float("-inf")  # passive ejection (outlier detection)
     times_ejected: int = 0
-    drained: bool = False  # an operator asked the gateway to stop sending here
     ready_since: float = float("-inf")  # when it last became eligible, for slow start
     not_serving_phase: str = WARMING  # what a NOT_SERVING answer means: warming (was out) or draining (was in)
     doubted_at: float = float("-inf")  # when an active check last failed or timed out (a request there may be stuck)
+    on_change: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     def check_passed(self, now: float, healthy_threshold: int, proven: bool = True) -> bool:
         """Record a passed active check; True when this makes the backend healthy again.
@@ -38,12 +47,14 @@ class BackendHealth:
             return False  # a health answer alone cannot outvote a failed inference
         self.check_failures = 0
         self.check_successes += 1
-        if proven:
+        if proven and self.ejected_until != float("-inf"):
             self.ejected_until = float("-inf")
+            self.on_change()
         if self.healthy or (self.ever_ready and self.check_successes < healthy_threshold):
             return False
         self.healthy = self.ever_ready = True
         self.ready_since = now
+        self.on_change()
         return True
 
     def check_failed(self, unhealthy_threshold: int) -> bool:
@@ -52,6 +63,7 @@ class BackendHealth:
         self.check_failures += 1
         if self.healthy and self.check_failures >= unhealthy_threshold:
             self.healthy = False
+            self.on_change()
             return True
         return False
 
@@ -63,6 +75,8 @@ class BackendHealth:
         self.check_successes = 0
         was = self.healthy
         self.healthy = False
+        if was:
+            self.on_change()
         return was
 
     def eject(self, now: float, base_s: float, max_s: float) -> float:
@@ -70,6 +84,7 @@ class BackendHealth:
         self.times_ejected += 1
         length = min(base_s * self.times_ejected, max_s)
         self.ejected_until = now + length
+        self.on_change()
         return length
 
     def ejected(self, now: float) -> bool:
@@ -78,8 +93,6 @@ class BackendHealth:
 
     def state(self, now: float) -> str:
         """Name the state shown to operators."""
-        if self.drained:
-            return DRAINING
         if self.serving is False:
             return self.not_serving_phase
         if not self.healthy:

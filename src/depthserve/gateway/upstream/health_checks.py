@@ -13,19 +13,16 @@ import logging
 import random
 from collections.abc import Callable
 
-import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.upstream.backend import Backend
+from depthserve.gateway.upstream.transport import Fault, TransportError
 from depthserve.protocol.depth_api import DepthInputs, build_request
-from depthserve.protocol.load_report import from_metadata
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
-SERVING = health_pb2.HealthCheckResponse.SERVING
-HEALTH_TIMED_OUT = f"health check: {grpc.StatusCode.DEADLINE_EXCEEDED.name}"
+HEALTH_TIMED_OUT = f"health check: {Fault.TIMEOUT.name}"
 
 
 def probe_request(model: str) -> pb.ModelInferRequest:
@@ -81,27 +78,27 @@ class HealthChecker:
         if result != "ok" or not self._wants_inference(backend, now):
             return result
         try:
-            call = backend.stub.ModelInfer(self._probe_for(backend), timeout=self._settings.probe_timeout_s)
-            await call
-            backend.record_load(from_metadata(await call.trailing_metadata()), self._clock())
-        except grpc.aio.AioRpcError as error:
-            backend.record_load(from_metadata(error.trailing_metadata()), self._clock())  # a refusal has one too
-            code = error.code()
-            if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND):
+            reply = await backend.transport.infer(
+                self._probe_for(backend), self._settings.probe_timeout_s, "health-probe"
+            )
+            backend.record_load(reply.load, self._clock())
+        except TransportError as error:
+            backend.record_load(error.load, self._clock())  # a refusal has one too
+            if error.fault in (Fault.BUSY, Fault.NOT_FOUND):
                 return "inconclusive"  # busy is not sick; another model's worker cannot run our probe
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED and self._busy(backend, now):
+            if error.fault is Fault.TIMEOUT and self._busy(backend, now):
                 return "inconclusive"  # queued behind real traffic; passive detection judges that traffic
-            return f"inference probe: {code.name} {error.details()}"
+            return f"inference probe: {error.fault.name} {error.details}"
         return "proven"
 
     async def _health(self, backend: Backend) -> str:
         """Ask gRPC health once: 'ok', 'not_serving', or a failure description."""
         timeout = self._settings.health_timeout_s
         try:
-            reply = await backend.health_stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            return f"health check: {error.code().name}"
-        return "ok" if reply.status == SERVING else "not_serving"
+            serving = await backend.transport.health(timeout)
+        except TransportError as error:
+            return f"health check: {error.fault.name}"
+        return "ok" if serving else "not_serving"
 
     async def answers(self, backend: Backend) -> bool:
         """Check gRPC health once, now: True when SERVING, else mark the backend in doubt (stalled on a timeout)."""

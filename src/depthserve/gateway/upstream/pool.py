@@ -13,49 +13,64 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
 from collections.abc import Callable
 
-import grpc
-
-from depthserve.balancer.types import BackendView, RequestInfo, Snapshot
+from depthserve.balancer.types import RequestInfo, Snapshot
 from depthserve.discovery.backend_spec import BackendSpec, parse_backend
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.backend_slots import SlotQueue
 from depthserve.gateway.upstream.backend_stats import BackendStats
+from depthserve.gateway.upstream.calls import Call, Outcome
 from depthserve.gateway.upstream.capacity import known_full, pool_concurrency
+from depthserve.gateway.upstream.grpc_transport import GrpcTransport, UpstreamTls
 from depthserve.gateway.upstream.health_checks import HealthChecker
 from depthserve.gateway.upstream.outlier import OutlierDetector
+from depthserve.gateway.upstream.pool_tables import PoolTables, eligible, measured_weights
+from depthserve.gateway.upstream.transport import Transport
 from depthserve.gateway.upstream.version_split import VersionSplitter
+from depthserve.protocol.load_report import LoadReport
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
-SLOW_START_FLOOR = 0.1  # a backend in slow start gets at least this share of its weight
-RETIRE_POLL_S = 0.05  # how often a removed backend is checked for in-flight requests left
+TransportFactory = Callable[[BackendSpec], Transport]
+OutcomeListener = Callable[[Backend, Outcome, float], None]  # backend, outcome, latency in ms (0 unless ok)
 
 
-def backend_credentials(settings: GatewaySettings) -> grpc.ChannelCredentials | None:
-    """TLS (and, with a client certificate, mutual TLS) to the workers when a CA is configured."""
-    if settings.backend_tls_ca is None:
-        return None
-    cert = settings.backend_tls_cert.read_bytes() if settings.backend_tls_cert else None
-    key = settings.backend_tls_key.read_bytes() if settings.backend_tls_key else None
-    return grpc.ssl_channel_credentials(settings.backend_tls_ca.read_bytes(), key, cert)
+def grpc_transports(settings: GatewaySettings) -> TransportFactory:
+    """Make a GrpcTransport per backend, with TLS (and mutual TLS) to the workers when a CA is configured."""
+    tls = None
+    if settings.backend_tls_ca is not None:
+        tls = UpstreamTls(settings.backend_tls_ca, settings.backend_tls_cert, settings.backend_tls_key)
+    credentials = tls.credentials() if tls is not None else None
+    return lambda spec: GrpcTransport(spec.address, settings.max_message_mb, credentials)
 
 
 class BackendPool:
     """All backends of the gateway; health checks, outlier detection and operators flip their flags."""
 
-    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        clock: Callable[[], float] = time.monotonic,
+        transports: TransportFactory | None = None,
+    ) -> None:
         self._settings = settings
         self.clock = clock
         self.backends: dict[str, Backend] = {}
-        self._credentials = backend_credentials(settings)
+        self._transports = transports or grpc_transports(settings)
         self._checks: dict[str, asyncio.Task[None]] = {}  # one health-check task per backend, once started
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._retiring: dict[str, asyncio.Event] = {}  # removed backends waiting for their calls to end
+        self._retire_tasks: set[asyncio.Task[None]] = set()
         self._started = False
+        self.tables = PoolTables(
+            lambda: list(self.backends.values()),
+            settings.max_report_age_s,
+            settings.panic_threshold_percent,
+            settings.slow_start_s,
+        )
+        self.outcome_listeners: list[OutcomeListener] = []  # told how every call ended (latency windows, policies)
         self.routes = VersionSplitter.from_config(settings.versions, settings.version_seed)
         for text in settings.backends:
             self.add(parse_backend(text, default_auto=settings.auto_weights))
@@ -75,39 +90,54 @@ class BackendPool:
         backend = self.backends.get(spec.address)
         if backend is None:
             stats = BackendStats(alpha=self._settings.ewma_alpha, peak_decay_s=self._settings.peak_decay_s)
-            backend = Backend(spec, self._settings.max_message_mb, stats, self._credentials)
+            backend = Backend(spec, self._transports(spec), stats)
+            backend.health.on_change = self.tables.changed
             self.backends[spec.address] = backend
             log.info("backend %s added (%s, model %s, version %s)", spec.address, spec.source, spec.model, spec.version)
+            self.tables.changed()
         elif backend.spec != spec or backend.leaving:
             log.info("backend %s updated (%s)", spec.address, spec)
             backend.spec = spec
             backend.leaving = False
+            retiring = self._retiring.pop(spec.address, None)
+            if retiring is not None:
+                retiring.set()  # its retirement ends: it stays
+            self.tables.changed()
         if self._started and spec.address not in self._checks:
             self._checks[spec.address] = asyncio.create_task(self.checker.run(backend), name=f"health {spec.address}")
         return backend
 
     def remove(self, address: str) -> None:
-        """Take a backend out: no new requests at once; its channel closes after its in-flight ones finish."""
+        """Take a backend out: no new requests at once; its transport closes after its in-flight calls end."""
         backend = self.backends.get(address)
         if backend is None or backend.leaving:
             return
         backend.leaving = True
+        self.tables.changed()
         check = self._checks.pop(address, None)
         if check is not None:
             check.cancel()
         log.info("backend %s leaving (%d in flight)", address, backend.stats.in_flight)
-        task = asyncio.create_task(self._retire(backend), name=f"retire {address}")
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        self._retiring[address] = done = asyncio.Event()
+        if not backend.stats.in_flight:
+            done.set()
+        task = asyncio.create_task(self._retire(backend, done), name=f"retire {address}")
+        self._retire_tasks.add(task)
+        task.add_done_callback(self._retire_tasks.discard)
 
-    async def _retire(self, backend: Backend) -> None:
-        """Close a leaving backend once nothing is in flight there (or the longest request deadline passed)."""
-        give_up = self.clock() + self._settings.max_request_timeout_s
-        while backend.stats.in_flight > 0 and self.clock() < give_up and backend.leaving:
-            await asyncio.sleep(RETIRE_POLL_S)
+    async def _retire(self, backend: Backend, done: asyncio.Event) -> None:
+        """Close a leaving backend once its last call settles (or the longest request deadline passed)."""
+        try:
+            async with asyncio.timeout(self._settings.max_request_timeout_s):
+                await done.wait()
+        except TimeoutError:
+            pass
+        if self._retiring.get(backend.address) is done:
+            del self._retiring[backend.address]
         if not backend.leaving or self.backends.get(backend.address) is not backend:
             return  # added back meanwhile: it stays
         del self.backends[backend.address]
+        self.tables.changed()
         self.checker.forget(backend.address)
         for listener in self.removal_listeners:
             listener(backend.address)
@@ -116,83 +146,43 @@ class BackendPool:
 
     def weights(self, now: float) -> dict[str, float]:
         """Give each backend's weight: static, or measured capacity (median of known ones if unknown)."""
-        max_age = self._settings.max_report_age_s
-        measured = {}
-        for backend in self.backends.values():
-            load = backend.fresh_load(now, max_age)
-            if backend.spec.auto and load is not None and load.capacity_rps > 0:
-                measured[backend.address] = load.capacity_rps
-        fallback = statistics.median(measured.values()) if measured else 1.0
-        return {
-            address: backend.spec.weight if backend.spec.weight is not None else measured.get(address, fallback)
-            for address, backend in self.backends.items()
-        }
-
-    def _slow_start(self, backend: Backend, now: float) -> float:
-        window = self._settings.slow_start_s
-        if window <= 0:
-            return 1.0
-        return max(SLOW_START_FLOOR, min(1.0, (now - backend.health.ready_since) / window))
+        return measured_weights(self.backends.values(), now, self._settings.max_report_age_s)
 
     def eligible(self, now: float, model: str | None = None, version: str | None = None) -> list[Backend]:
-        """Backends that may take traffic: healthy and not drained, and not ejected unless in panic.
+        """Backends that may take traffic: healthy and accepting, and not ejected unless in panic.
 
         With `model` (and `version`), only that pool's backends, and panic is judged within the pool.
         """
-        available = [
-            b
-            for b in self.backends.values()
-            if b.health.healthy
-            and not b.health.drained
-            and not b.leaving
-            and (model is None or b.spec.serves(model, version))
-        ]
-        unejected = [b for b in available if not b.health.ejected(now)]
-        if available and len(unejected) * 100 < len(available) * self._settings.panic_threshold_percent:
-            return available  # panic: too many ejected; spreading load beats overloading the rest
-        return unejected
+        members = (b for b in self.backends.values() if model is None or b.spec.serves(model, version))
+        return eligible(members, now, self._settings.panic_threshold_percent)
 
     def snapshot(self, model: str | None = None, version: str | None = None) -> Snapshot:
-        """Give the eligible backends (of one model's pool, when given) as immutable views for a policy."""
+        """The eligible backends (of one model's pool, when given) for a policy: a table rebuilt only on change."""
         now = self.clock()
-        max_age = self._settings.max_report_age_s
-        weights = self.weights(now)
-        views = []
-        for backend in self.eligible(now, model, version):
-            stats = backend.stats
-            views.append(
-                BackendView(
-                    backend.address,
-                    weight=weights[backend.address] * self._slow_start(backend, now),
-                    in_flight=stats.in_flight,
-                    ewma_ms=stats.ewma_ms,
-                    peak_ewma_ms=stats.peak_at(now),
-                    error_rate=stats.error_rate,
-                    load=backend.fresh_load(now, max_age),
-                )
-            )
-        return Snapshot(tuple(views), now)
+        table = self.tables.entry(model, version, now).table
+        self.tables.instant.now = now  # the views read live counters as of this pick
+        return Snapshot(table=table, now=now)
 
     def snapshot_for(self, request: RequestInfo) -> Snapshot:
         """Give the pool a request goes to: its model, and the version it names or the split chooses.
 
         Raises a 404 GatewayError when no backend at all serves the model or the version named.
         """
-        # Leaving backends still make a model known: while all of them drain it is a 503, not a 404.
-        members = [b for b in self.backends.values() if b.spec.serves(request.model)]
-        if not members:
+        now = self.clock()
+        model = request.model
+        members = self.tables.members(model)  # leaving backends too: while all of them drain it is a 503, not a 404
+        if not members.count:
             if self.backends:
-                known = sorted({b.spec.model for b in self.backends.values() if b.spec.model})
-                raise GatewayError(404, "unknown_model", f"no backend serves model {request.model!r}; known: {known}")
-            return Snapshot((), self.clock())  # nothing discovered yet: no_backend (503), not unknown
-        ready = {b.spec.version for b in self.eligible(self.clock(), request.model) if b.spec.version}
-        version = request.version or self.routes.choose(request.model, ready, request.headers)
-        if version and not any(b.spec.serves(request.model, version) for b in members):
-            known = sorted({b.spec.version for b in members if b.spec.version})
+                models = sorted({b.spec.model for b in self.backends.values() if b.spec.model})
+                raise GatewayError(404, "unknown_model", f"no backend serves model {model!r}; known: {models}")
+            return Snapshot(now=now)  # nothing discovered yet: no_backend (503), not unknown
+        ready = self.tables.entry(model, None, now).versions
+        version = request.version or self.routes.choose(model, ready, request.headers)
+        if version and not members.serves(version):
             raise GatewayError(
-                404, "unknown_version", f"model {request.model!r} has no version {version!r}; known: {known}"
+                404, "unknown_version", f"model {model!r} has no version {version!r}; known: {sorted(members.versions)}"
             )
-        return self.snapshot(request.model, version)
+        return self.snapshot(model, version)
 
     def concurrency(self, model: str) -> int | None:
         """Requests the model's eligible backends can hold without a long queue, by their reports; None: unknown."""
@@ -230,9 +220,42 @@ class BackendPool:
     def set_drained(self, address: str, drained: bool) -> Backend:
         """Stop (or resume) sending new requests to a backend; in-flight ones finish. KeyError if unknown."""
         backend = self.backends[address]
-        backend.health.drained = drained
+        backend.drained = drained
+        self.tables.changed()
         log.info("backend %s %s by operator", address, "drained" if drained else "undrained")
         return backend
+
+    def checkout(self, address: str) -> Call | None:
+        """Claim a call on a backend that still takes new requests (counted in flight at once), or None."""
+        backend = self.backends.get(address)
+        if backend is None or not backend.accepting:
+            return None
+        backend.stats.started()
+        return Call(self, backend, self.clock())
+
+    def record_load(self, backend: Backend, load: LoadReport) -> None:
+        """Keep a backend's newest load report, as of now."""
+        backend.record_load(load, self.clock())
+
+    def settle(self, call: Call) -> None:
+        """Count a call's end once (Call calls this): stats, outlier detection, the freed slot, the listeners."""
+        backend, stats, now = call.backend, call.backend.stats, self.clock()
+        latency_ms = 0.0
+        if call.outcome is Outcome.OK:
+            latency_ms = (now - call.started_at) * 1000.0
+            stats.finished(True, latency_ms, now)
+        elif call.outcome is Outcome.FAILED:
+            stats.finished(False, 0.0, now)
+            self.record_failure(backend)
+        else:
+            stats.abandoned()
+        self.slots.release(backend.spec.serves)
+        if backend.leaving and not stats.in_flight:
+            retiring = self._retiring.get(backend.address)
+            if retiring is not None:
+                retiring.set()
+        for listener in self.outcome_listeners:
+            listener(backend, call.outcome or Outcome.ABANDONED, latency_ms)
 
     def describe(self) -> list[dict[str, object]]:
         """Summarise every backend for /v1/cluster."""
@@ -253,8 +276,8 @@ class BackendPool:
                 self._checks[address] = asyncio.create_task(self.checker.run(backend), name=f"health {address}")
 
     async def close(self) -> None:
-        """Stop health checks and removals, and close every channel."""
-        tasks = [*self._checks.values(), *self._retiring]
+        """Stop health checks and removals, and close every transport."""
+        tasks = [*self._checks.values(), *self._retire_tasks]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
