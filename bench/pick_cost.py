@@ -25,6 +25,7 @@ from rich.table import Table
 
 from depthserve.balancer import RequestInfo, make_policy, policy_names
 from depthserve.balancer.types import Policy
+from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.protocol.load_report import LoadReport
@@ -45,13 +46,13 @@ def build(size: int, policy: Policy) -> tuple[Dispatcher, FakeClock]:
     clock = FakeClock()
     backends = [f"10.0.{i // 250}.{i % 250}:50051" for i in range(size)]
     settings = GatewaySettings(backends=backends, slow_start_s=0, probe_inference_every=0)
-    pool = BackendPool(settings, clock=clock, transports=FakeFleet())
+    pool = BackendPool.from_settings(settings, clock=clock, transports=FakeFleet())
     for index, backend in enumerate(pool.backends.values()):
         backend.health.check_passed(clock() - 60.0, settings.healthy_threshold)
         backend.record_load(LoadReport(queue=index % 5, queue_limit=64, running=1, max_batch=8, slots=8), clock())
         backend.stats.started()
         backend.stats.finished(True, 20.0 + index % 7, clock())  # a latency history, as a busy pool has
-    return Dispatcher(pool, settings, policy), clock
+    return Dispatcher(pool, DispatchConfig.of(settings), policy), clock
 
 
 def per_request_us(dispatcher: Dispatcher, clock: FakeClock, requests: int) -> float:

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from depthserve.balancer import make_policy
 from depthserve.discovery.backend_spec import parse_backend
 from depthserve.discovery.urls import check_url
+from depthserve.gateway.config import DispatchConfig, EdgeConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.dispatch.forwarding import Forwarder
 from depthserve.gateway.dispatch.job_executor import gateway_executor
@@ -54,7 +55,7 @@ def check_settings(settings: GatewaySettings) -> None:
             make_policy(policy.name, policy.options)
         except ValueError as exc:
             raise ValueError(f"policy for model {model!r}: {exc}") from None
-    RouteAccess(settings, Edge(settings).keys)  # key files, rate limits and admission limits parse
+    RouteAccess(settings, Edge(EdgeConfig.of(settings)).keys)  # key files, rate limits and admission limits parse
     broker_kind(settings.broker)  # a jobs broker URL names redis:// or amqp://
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key, or neither")
@@ -83,10 +84,11 @@ class FastPath:
 
 def create_app(settings: GatewaySettings) -> FastPath:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
-    pool = BackendPool(settings)
+    pool = BackendPool.from_settings(settings)
     policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
-    dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
-    edge = Edge(settings, capacity=pool.concurrency)  # surplus waits in the gateway's fair queue
+    default_policy = make_policy(settings.policy, settings.policy_options)
+    dispatcher = Dispatcher(pool, DispatchConfig.of(settings), default_policy, policies)
+    edge = Edge(EdgeConfig.of(settings), capacity=pool.concurrency)  # surplus waits in the gateway's fair queue
     forwarder = Forwarder(settings, dispatcher, edge)
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)

@@ -10,6 +10,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.balancer.types import RequestInfo
+from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.backend import Backend
@@ -29,7 +30,7 @@ def gateway(addresses: list[str], **overrides: Any) -> tuple[Dispatcher, FakeFle
     """A dispatcher over fake backends, all ready, tried in the order given; counts every settled call."""
     fleet = FakeFleet()
     settings = GatewaySettings(**{"backends": addresses, "slow_start_s": 0, "probe_inference_every": 0, **overrides})
-    pool = BackendPool(settings, clock=asyncio.get_running_loop().time, transports=fleet)
+    pool = BackendPool.from_settings(settings, clock=asyncio.get_running_loop().time, transports=fleet)
     for backend in pool.backends.values():
         backend.health.check_passed(pool.clock(), settings.healthy_threshold)
     settled: Counter[Outcome] = Counter()
@@ -38,7 +39,7 @@ def gateway(addresses: list[str], **overrides: Any) -> tuple[Dispatcher, FakeFle
         settled[outcome] += 1
 
     pool.outcome_listeners.append(count)
-    return Dispatcher(pool, settings, FixedOrder()), fleet, settled
+    return Dispatcher(pool, DispatchConfig.of(settings), FixedOrder()), fleet, settled
 
 
 def nothing_in_flight(dispatcher: Dispatcher) -> bool:

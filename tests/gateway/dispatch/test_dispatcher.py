@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from depthserve.balancer.types import RequestInfo
+from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.pool import BackendPool
@@ -40,10 +41,10 @@ async def workers() -> AsyncIterator[Callable[..., Any]]:
 
 async def dispatcher_for(addresses: list[str], **overrides: Any) -> Dispatcher:
     settings = GatewaySettings(backends=addresses, slow_start_s=0, **overrides)
-    pool = BackendPool(settings)
+    pool = BackendPool.from_settings(settings)
     for backend in pool.backends.values():
         backend.health.check_passed(pool.clock(), settings.healthy_threshold)  # admit all: order is the test's
-    return Dispatcher(pool, settings, FixedOrder())
+    return Dispatcher(pool, DispatchConfig.of(settings), FixedOrder())
 
 
 def request(rgb_png: bytes) -> Any:

@@ -11,7 +11,7 @@ from depthserve.testing.fakes import FakeClock
 
 async def test_a_backend_is_known_full_from_a_fresh_report_and_calls_sent_since() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(max_report_age_s=5.0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(max_report_age_s=5.0), clock=clock)
     try:
         a1, a2 = (pool.add(BackendSpec(f"h:{port}", model="a")) for port in (1, 2))
         assert not pool.known_full("h:1")  # a fresh gateway knows nothing: unknown, never "full"
@@ -32,7 +32,7 @@ async def test_a_backend_is_known_full_from_a_fresh_report_and_calls_sent_since(
 
 async def test_concurrency_is_what_runs_at_once_plus_a_batch_waiting_summed_per_model() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(max_report_age_s=5.0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(max_report_age_s=5.0), clock=clock)
     try:
         a1, a2, b1 = (pool.add(BackendSpec(f"h:{port}", model=model)) for port, model in ((1, "a"), (2, "a"), (3, "b")))
         for backend in (a1, a2, b1):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from depthserve.balancer.types import RequestInfo
+from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.pool import BackendPool
@@ -54,8 +55,8 @@ async def test_an_ejected_backend_that_serves_real_traffic_is_readmitted_though_
     worker = await workers(synthetic_ms=1500.0, queue_limit=1)
     address = f"127.0.0.1:{worker.port}"
     settings = GatewaySettings(backends=[address], slow_start_s=0, consecutive_errors=2, probe_inference_every=1)
-    pool = BackendPool(settings)
-    dispatcher = Dispatcher(pool, settings, FixedOrder())
+    pool = BackendPool.from_settings(settings)
+    dispatcher = Dispatcher(pool, DispatchConfig.of(settings), FixedOrder())
     backend = pool.backends[address]
     backend.health.check_passed(pool.clock(), settings.healthy_threshold)
     request = build_request("lingbot-depth", DepthInputs(image=rgb_png, output_format="npy"))
@@ -88,7 +89,7 @@ async def test_a_health_check_that_times_out_reports_the_backend_stalled(workers
     proxy = TcpProxy("127.0.0.1", worker.port)
     stalled: list[Backend] = []
     settings = GatewaySettings(backends=[f"127.0.0.1:{proxy.port}"], health_timeout_s=0.2, unhealthy_threshold=3)
-    pool = BackendPool(settings)
+    pool = BackendPool.from_settings(settings)
     pool.stall_listeners.append(lambda address: stalled.append(pool.backends[address]))
     (backend,) = pool.backends.values()
     try:
@@ -112,7 +113,7 @@ async def test_a_backend_back_from_an_outage_is_not_shunned_for_its_old_errors(w
     worker = await workers()
     address = f"127.0.0.1:{worker.port}"
     settings = GatewaySettings(backends=[address], healthy_threshold=2, unhealthy_threshold=2)
-    pool = BackendPool(settings)
+    pool = BackendPool.from_settings(settings)
     backend = pool.backends[address]
     try:
         await pool.checker.check(backend)
@@ -136,7 +137,7 @@ def fake_pool(addresses: list[str], **overrides: Any) -> tuple[BackendPool, Fake
     """A pool of fake backends on the running (virtual-time) loop's clock."""
     fleet = FakeFleet()
     settings = GatewaySettings(**{"backends": addresses, "slow_start_s": 0, "probe_inference_every": 0, **overrides})
-    return BackendPool(settings, clock=asyncio.get_running_loop().time, transports=fleet), fleet
+    return BackendPool.from_settings(settings, clock=asyncio.get_running_loop().time, transports=fleet), fleet
 
 
 def test_thresholds_take_a_backend_out_and_bring_it_back() -> None:
@@ -199,7 +200,9 @@ def test_consecutive_failures_eject_a_backend_for_the_ejection_time_then_it_retu
     async def main() -> None:
         settings = {"consecutive_errors": 3, "base_ejection_s": 30.0, "slow_start_s": 0}
         pool, _ = fake_pool(["a:1", "b:1"], **settings)
-        dispatcher = Dispatcher(pool, GatewaySettings(backends=["a:1", "b:1"], **settings), FixedOrder())
+        dispatcher = Dispatcher(
+            pool, DispatchConfig.of(GatewaySettings(backends=["a:1", "b:1"], **settings)), FixedOrder()
+        )
         for backend in pool.backends.values():
             backend.health.check_passed(pool.clock(), 2)
         transports = pool.backends["a:1"].transport

@@ -32,7 +32,7 @@ def test_at_least_one_may_be_ejected() -> None:
 async def test_the_ejection_cap_counts_the_model_pool_not_every_backend() -> None:
     clock = FakeClock()
     settings = GatewaySettings(consecutive_errors=1, max_ejection_percent=50.0)
-    pool = BackendPool(settings, clock=clock)
+    pool = BackendPool.from_settings(settings, clock=clock)
     try:
         small = [pool.add(BackendSpec(f"small:{port}", model="small")) for port in (1, 2)]
         for port in range(3, 11):  # another model's eight backends must not raise the small pool's cap

@@ -12,7 +12,7 @@ from depthserve.testing.fakes import FakeClock
 async def test_snapshot_holds_ready_backends_with_fresh_reports_only() -> None:
     clock = FakeClock()
     settings = GatewaySettings(backends=["a:1@3", "b:2", "c:3"], max_report_age_s=5.0, slow_start_s=0)
-    pool = BackendPool(settings, clock=clock)
+    pool = BackendPool.from_settings(settings, clock=clock)
     try:
         for address in ("a:1", "b:2"):
             pool.backends[address].health.check_passed(clock(), healthy_threshold=2)
@@ -31,7 +31,7 @@ async def test_snapshot_holds_ready_backends_with_fresh_reports_only() -> None:
 
 async def test_auto_weights_follow_measured_capacity() -> None:
     clock = FakeClock()
-    pool = BackendPool(
+    pool = BackendPool.from_settings(
         GatewaySettings(backends=["fast:1", "slow:2", "new:3", "fixed:4@7"], auto_weights=True), clock=clock
     )
     try:
@@ -49,7 +49,7 @@ async def test_auto_weights_follow_measured_capacity() -> None:
 async def test_ejected_backends_leave_the_snapshot_until_panic() -> None:
     clock = FakeClock()
     settings = GatewaySettings(backends=["a:1", "b:2", "c:3", "d:4"], panic_threshold_percent=50.0, slow_start_s=0)
-    pool = BackendPool(settings, clock=clock)
+    pool = BackendPool.from_settings(settings, clock=clock)
     try:
         for backend in pool.backends.values():
             backend.health.check_passed(clock(), healthy_threshold=2)
@@ -67,7 +67,7 @@ async def test_ejected_backends_leave_the_snapshot_until_panic() -> None:
 
 async def test_drained_and_unhealthy_backends_take_no_new_requests() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(backends=["a:1", "b:2", "c:3"]), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(backends=["a:1", "b:2", "c:3"]), clock=clock)
     try:
         for backend in pool.backends.values():
             backend.health.check_passed(clock(), healthy_threshold=2)
@@ -84,7 +84,7 @@ async def test_drained_and_unhealthy_backends_take_no_new_requests() -> None:
 
 async def test_slow_start_ramps_weight_of_a_newly_ready_backend() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(backends=["old:1", "new:2"], slow_start_s=10.0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(backends=["old:1", "new:2"], slow_start_s=10.0), clock=clock)
     try:
         pool.backends["old:1"].health.check_passed(clock() - 100, healthy_threshold=2)
         pool.backends["new:2"].health.check_passed(clock(), healthy_threshold=2)
@@ -101,7 +101,7 @@ async def test_slow_start_ramps_weight_of_a_newly_ready_backend() -> None:
 async def test_tables_are_built_on_change_only_and_their_views_read_live_counters() -> None:
     clock = FakeClock()
     settings = GatewaySettings(backends=["a:1", "b:2", "c:3"], slow_start_s=0)
-    pool = BackendPool(settings, clock=clock, transports=FakeFleet())
+    pool = BackendPool.from_settings(settings, clock=clock, transports=FakeFleet())
     try:
         for backend in pool.backends.values():
             backend.health.check_passed(clock(), healthy_threshold=2)
@@ -128,7 +128,9 @@ async def test_tables_are_built_on_change_only_and_their_views_read_live_counter
 
 async def test_a_slow_start_ramp_rebuilds_the_table_once_per_step() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(backends=["new:2"], slow_start_s=10.0), clock=clock, transports=FakeFleet())
+    pool = BackendPool.from_settings(
+        GatewaySettings(backends=["new:2"], slow_start_s=10.0), clock=clock, transports=FakeFleet()
+    )
     try:
         pool.backends["new:2"].health.check_passed(clock(), healthy_threshold=2)
         seen = []

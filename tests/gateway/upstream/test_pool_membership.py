@@ -8,6 +8,7 @@ import pytest
 
 from depthserve.balancer.types import RequestInfo, Snapshot
 from depthserve.discovery.backend_spec import BackendSpec
+from depthserve.gateway.config import DispatchConfig, EdgeConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.errors import GatewayError
@@ -28,7 +29,7 @@ def ready(pool: BackendPool, clock: FakeClock) -> None:
 
 async def test_removal_waits_for_in_flight_requests() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(backends=["a:1"], slow_start_s=0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(backends=["a:1"], slow_start_s=0), clock=clock)
     try:
         pool.add(BackendSpec("b:2", source="file"))
         ready(pool, clock)
@@ -49,7 +50,7 @@ async def test_removal_waits_for_in_flight_requests() -> None:
 
 async def test_added_back_while_leaving_stays() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(slow_start_s=0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(slow_start_s=0), clock=clock)
     try:
         pool.add(BackendSpec("b:2"))
         call = pool.checkout("b:2")
@@ -64,7 +65,7 @@ async def test_added_back_while_leaving_stays() -> None:
 
 
 async def test_apply_makes_membership_match_the_discovered_set() -> None:
-    pool = BackendPool(GatewaySettings(backends=["a:1"]))
+    pool = BackendPool.from_settings(GatewaySettings(backends=["a:1"]))
     try:
         assert apply(pool, frozenset({BackendSpec("a:1"), BackendSpec("b:2", source="redis")})) == (1, 0)
         assert apply(pool, frozenset({BackendSpec("a:1"), BackendSpec("b:2", source="redis")})) == (0, 0)
@@ -78,7 +79,7 @@ async def test_apply_makes_membership_match_the_discovered_set() -> None:
 async def test_models_and_versions_are_separate_pools() -> None:
     clock = FakeClock()
     settings = GatewaySettings(slow_start_s=0, versions={"depth": VersionRouteConfig(weights={"v1": 1, "v2": 0})})
-    pool = BackendPool(settings, clock=clock)
+    pool = BackendPool.from_settings(settings, clock=clock)
     try:
         pool.add(BackendSpec("d1:1", model="depth", version="v1"))
         pool.add(BackendSpec("d2:1", model="depth", version="v2"))
@@ -107,11 +108,11 @@ async def test_models_and_versions_are_separate_pools() -> None:
 
 async def test_untagged_backends_serve_any_model() -> None:
     clock = FakeClock()
-    pool = BackendPool(GatewaySettings(backends=["a:1"], slow_start_s=0), clock=clock)
+    pool = BackendPool.from_settings(GatewaySettings(backends=["a:1"], slow_start_s=0), clock=clock)
     try:
         ready(pool, clock)
         assert [v.id for v in pool.snapshot_for(RequestInfo(model="anything")).backends] == ["a:1"]
-        empty = BackendPool(GatewaySettings())
+        empty = BackendPool.from_settings(GatewaySettings())
         assert empty.snapshot_for(RequestInfo(model="m")).backends == ()  # nothing discovered yet: 503 later
         await empty.close()
     finally:
@@ -135,9 +136,9 @@ async def test_a_pick_of_a_backend_that_left_is_retried_elsewhere(rgb_png: bytes
     await worker.start()
     good = f"127.0.0.1:{worker.port}"
     settings = GatewaySettings(backends=[good], slow_start_s=0)
-    pool = BackendPool(settings)
+    pool = BackendPool.from_settings(settings)
     pool.backends[good].health.check_passed(pool.clock(), 1)
-    dispatcher = Dispatcher(pool, settings, Named("gone:1", good))
+    dispatcher = Dispatcher(pool, DispatchConfig.of(settings), Named("gone:1", good))
     try:
         request = build_request("lingbot-depth", DepthInputs(image=rgb_png, output_format="npy"))
         _, backend = await dispatcher.infer(request, RequestInfo(model="lingbot-depth"), 10.0, "r1")
@@ -151,7 +152,7 @@ async def test_a_backend_of_another_model_passes_its_health_probe() -> None:
     worker = Worker(WorkerSettings(port=0, model="synthetic", name="other", synthetic_ms=0.0, warmup_levels=[0]))
     await worker.start()
     address = f"127.0.0.1:{worker.port}"
-    pool = BackendPool(GatewaySettings(slow_start_s=0))  # its default model is lingbot-depth
+    pool = BackendPool.from_settings(GatewaySettings(slow_start_s=0))  # its default model is lingbot-depth
     try:
         pool.add(BackendSpec(address, model="other", source="redis"))
         await pool.start()  # the first check runs a real inference probe, in the backend's model
@@ -165,8 +166,10 @@ async def test_a_backend_of_another_model_passes_its_health_probe() -> None:
 async def test_a_removed_backend_leaves_nothing_behind_in_metrics_or_checks() -> None:
     clock = FakeClock()
     settings = GatewaySettings(backends=["a:1", "b:2"], slow_start_s=0)
-    pool = BackendPool(settings, clock=clock)
-    metrics = GatewayMetrics(settings, pool, Dispatcher(pool, settings, FixedOrder()), Edge(settings))
+    pool = BackendPool.from_settings(settings, clock=clock)
+    metrics = GatewayMetrics(
+        settings, pool, Dispatcher(pool, DispatchConfig.of(settings), FixedOrder()), Edge(EdgeConfig.of(settings))
+    )
     try:
         metrics.observe("/v1/depth", settings.model, 200, "b:2", 0.01)
         pool.checker._wants_inference(pool.backends["b:2"], clock())
@@ -187,7 +190,7 @@ async def test_a_removed_backend_leaves_nothing_behind_in_metrics_or_checks() ->
 async def test_a_model_whose_backends_are_all_leaving_is_unavailable_not_unknown(rgb_png: bytes) -> None:
     clock = FakeClock()
     settings = GatewaySettings(slow_start_s=0)
-    pool = BackendPool(settings, clock=clock)
+    pool = BackendPool.from_settings(settings, clock=clock)
     try:
         pool.add(BackendSpec("b:2", model="depth"))
         ready(pool, clock)
@@ -196,7 +199,9 @@ async def test_a_model_whose_backends_are_all_leaving_is_unavailable_not_unknown
         pool.remove("b:2")
         request = build_request("depth", DepthInputs(image=rgb_png, output_format="npy"))
         with pytest.raises(GatewayError) as drained:
-            await Dispatcher(pool, settings, FixedOrder()).infer(request, RequestInfo(model="depth"), 1.0, "r1")
+            await Dispatcher(pool, DispatchConfig.of(settings), FixedOrder()).infer(
+                request, RequestInfo(model="depth"), 1.0, "r1"
+            )
         assert drained.value.status == 503  # a rolling restart is a retry-later, not "no such model"
         with pytest.raises(GatewayError) as unknown:
             pool.snapshot_for(RequestInfo(model="other"))

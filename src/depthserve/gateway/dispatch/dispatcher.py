@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.balancer.types import Policy, RequestInfo, Snapshot, View
+from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.attempts import AttemptFailed, Attempts, deadline_error
 from depthserve.gateway.dispatch.latency_window import LatencyWindow
 from depthserve.gateway.dispatch.retry_budget import RetryBudget
@@ -26,7 +27,6 @@ from depthserve.gateway.upstream.calls import Call, Outcome
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.gateway.upstream.stall_watch import StallWatch
 from depthserve.gateway.upstream.transport import Fault, InferRequest, TransportError
-from depthserve.settings import GatewaySettings
 
 SLOT_RECHECK_S = 0.25  # a request waiting for a backend slot looks again at least this often
 
@@ -52,14 +52,14 @@ class Dispatcher:
     def __init__(
         self,
         pool: BackendPool,
-        settings: GatewaySettings,
+        config: DispatchConfig,
         default_policy: Policy,
         policies: Mapping[str, Policy] | None = None,
     ) -> None:
         self.pool = pool
         self.default_policy = default_policy
         self.policies = dict(policies or {})
-        self.settings = settings
+        self.settings = config
         self.budget = RetryBudget(self.settings.retry_budget_percent, self.settings.min_retry_concurrency)
         self.latencies = LatencyWindow()
         self.hedges = 0

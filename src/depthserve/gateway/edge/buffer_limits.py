@@ -14,9 +14,9 @@ from pathlib import Path
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from depthserve.gateway.config import EdgeConfig
 from depthserve.gateway.edge.reply_budget import ReplyBudget
 from depthserve.gateway.edge.upload_budget import UploadBudget
-from depthserve.settings import GatewaySettings
 
 REQUEST_MEMORY_SHARE = 1 / 8  # default total of request bodies held, as a share of memory
 REPLY_MEMORY_SHARE = 1 / 8  # default total of unread reply bytes held, as a share of memory
@@ -41,7 +41,7 @@ def _bytes(mb: float | None, share: float) -> int:
     return int(mb * MIB) if mb is not None else max(MIB, int(machine_memory() * share))
 
 
-def upload_budget(settings: GatewaySettings) -> UploadBudget:
+def upload_budget(settings: EdgeConfig) -> UploadBudget:
     """The per-client and total budget of request bodies."""
     return UploadBudget(
         _bytes(settings.max_request_memory_mb, REQUEST_MEMORY_SHARE),
@@ -50,7 +50,7 @@ def upload_budget(settings: GatewaySettings) -> UploadBudget:
     )
 
 
-def reply_budget(settings: GatewaySettings) -> ReplyBudget:
+def reply_budget(settings: EdgeConfig) -> ReplyBudget:
     """The per-connection, per-address and total budget of replies being written, and their write timeout."""
     return ReplyBudget(
         _bytes(settings.max_reply_memory_mb, REPLY_MEMORY_SHARE),

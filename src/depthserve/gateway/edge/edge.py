@@ -6,12 +6,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
+from depthserve.gateway.config import EdgeConfig
 from depthserve.gateway.edge.admission import PRIORITIES, AdmissionController
 from depthserve.gateway.edge.api_keys import ENV_VAR, ApiKeys
 from depthserve.gateway.edge.buffer_limits import reply_budget, upload_budget
 from depthserve.gateway.edge.rate_limit import Limit, RateLimiter, identity
 from depthserve.gateway.errors import GatewayError
-from depthserve.settings import GatewaySettings
 
 
 class Edge:
@@ -19,7 +19,7 @@ class Edge:
 
     def __init__(
         self,
-        settings: GatewaySettings,
+        settings: EdgeConfig,
         clock: Callable[[], float] = time.monotonic,
         capacity: Callable[[str], int | None] | None = None,
     ) -> None:

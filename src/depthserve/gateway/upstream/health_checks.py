@@ -16,10 +16,10 @@ from collections.abc import Callable
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
+from depthserve.gateway.config import HealthCheckConfig
 from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.transport import Fault, TransportError
 from depthserve.protocol.depth_api import DepthInputs, build_request
-from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
 HEALTH_TIMED_OUT = f"health check: {Fault.TIMEOUT.name}"
@@ -36,11 +36,11 @@ class HealthChecker:
 
     def __init__(
         self,
-        settings: GatewaySettings,
+        config: HealthCheckConfig,
         clock: Callable[[], float],
         on_stall: Callable[[Backend], None] | None = None,
     ) -> None:
-        self._settings = settings
+        self._settings = config
         self._clock = clock
         self._on_stall = on_stall or (lambda backend: None)
         self._probes: dict[str, pb.ModelInferRequest] = {}  # per model name, built once

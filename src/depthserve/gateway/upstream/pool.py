@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from depthserve.balancer.types import RequestInfo, Snapshot
 from depthserve.discovery.backend_spec import BackendSpec, parse_backend
+from depthserve.gateway.config import HealthCheckConfig, OutlierConfig, PoolConfig, UpstreamConfig
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.backend_slots import SlotQueue
@@ -38,13 +39,13 @@ TransportFactory = Callable[[BackendSpec], Transport]
 OutcomeListener = Callable[[Backend, Outcome, float], None]  # backend, outcome, latency in ms (0 unless ok)
 
 
-def grpc_transports(settings: GatewaySettings) -> TransportFactory:
+def grpc_transports(config: UpstreamConfig) -> TransportFactory:
     """Make a GrpcTransport per backend, with TLS (and mutual TLS) to the workers when a CA is configured."""
     tls = None
-    if settings.backend_tls_ca is not None:
-        tls = UpstreamTls(settings.backend_tls_ca, settings.backend_tls_cert, settings.backend_tls_key)
+    if config.backend_tls_ca is not None:
+        tls = UpstreamTls(config.backend_tls_ca, config.backend_tls_cert, config.backend_tls_key)
     credentials = tls.credentials() if tls is not None else None
-    return lambda spec: GrpcTransport(spec.address, settings.max_message_mb, credentials)
+    return lambda spec: GrpcTransport(spec.address, config.max_message_mb, credentials)
 
 
 class BackendPool:
@@ -52,14 +53,16 @@ class BackendPool:
 
     def __init__(
         self,
-        settings: GatewaySettings,
+        settings: PoolConfig,
+        health: HealthCheckConfig,
+        outlier: OutlierConfig,
+        transports: TransportFactory,
         clock: Callable[[], float] = time.monotonic,
-        transports: TransportFactory | None = None,
     ) -> None:
         self._settings = settings
         self.clock = clock
         self.backends: dict[str, Backend] = {}
-        self._transports = transports or grpc_transports(settings)
+        self._transports = transports
         self._checks: dict[str, asyncio.Task[None]] = {}  # one health-check task per backend, once started
         self._retiring: dict[str, asyncio.Event] = {}  # removed backends waiting for their calls to end
         self._retire_tasks: set[asyncio.Task[None]] = set()
@@ -74,16 +77,29 @@ class BackendPool:
         self.routes = VersionSplitter.from_config(settings.versions, settings.version_seed)
         for text in settings.backends:
             self.add(parse_backend(text, default_auto=settings.auto_weights))
-        self.checker = HealthChecker(settings, clock, on_stall=self._stalled)
+        self.checker = HealthChecker(health, clock, on_stall=self._stalled)
         self.outliers = OutlierDetector(
-            settings.consecutive_errors,
-            settings.base_ejection_s,
-            settings.max_ejection_s,
-            settings.max_ejection_percent,
+            outlier.consecutive_errors, outlier.base_ejection_s, outlier.max_ejection_s, outlier.max_ejection_percent
         )
         self.slots = SlotQueue()  # requests waiting for a backend under max_outstanding_per_backend
         self.removal_listeners: list[Callable[[str], None]] = []  # told the address of each backend removed
         self.stall_listeners: list[Callable[[str], None]] = []  # told the address of a backend that stopped answering
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: GatewaySettings,
+        clock: Callable[[], float] = time.monotonic,
+        transports: TransportFactory | None = None,
+    ) -> BackendPool:
+        """The pool the gateway's settings describe, over gRPC unless `transports` says otherwise."""
+        return cls(
+            PoolConfig.of(settings),
+            HealthCheckConfig.of(settings),
+            OutlierConfig.of(settings),
+            transports or grpc_transports(UpstreamConfig.of(settings)),
+            clock,
+        )
 
     def add(self, spec: BackendSpec) -> Backend:
         """Add a backend (checked before it takes traffic), or update the tags and weight of a known one."""
