@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 from typer.core import TyperGroup, TyperOption
 
 from depthserve import __version__
+from depthserve.cli_settings import parsed_flags, usage_error, with_settings_options
 from depthserve.ports import PortUnavailable, check_free
 from depthserve.settings import GatewaySettings, WorkerSettings, load_settings
 
@@ -60,17 +62,17 @@ def _options(
     """Serve LingBot-Depth from many workers behind one HTTP/2 gateway."""
 
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file")]
-# Options the worker and the gateway share (async jobs, logging).
-BrokerOpt = Annotated[str | None, typer.Option(help="jobs broker: redis://... or amqp://... [none]")]
-LogFormatOpt = Annotated[str | None, typer.Option(help="text | json [text]")]
-JobStoreOpt = Annotated[str | None, typer.Option(help="Redis URL for job state [the redis broker]")]
-JobNamespaceOpt = Annotated[str | None, typer.Option(help="prefix of job keys and queues [depthserve]")]
-JobTtlSOpt = Annotated[float | None, typer.Option(help="job result lifetime, s [86400]")]
-JobMaxAttemptsOpt = Annotated[int | None, typer.Option(help="attempts before a job fails [3]")]
-JobVisibilityTimeoutSOpt = Annotated[float | None, typer.Option(help="re-run a silent job after, s [30]")]
-JobTimeoutSOpt = Annotated[float | None, typer.Option(help="deadline of one job attempt, s [60]")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (flags and env override it)")]
 LogLevelOpt = Annotated[str | None, typer.Option(help="debug | info | warning | error [info]")]
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
+def _settings(cls: type[SettingsT], config: Path | None, flags: dict[str, Any]) -> SettingsT:
+    """Settings from the flags given, the environment and the file; a bad value is a one-line usage error."""
+    try:
+        return load_settings(cls, config, **flags)
+    except ValidationError as exc:
+        raise usage_error(exc) from None
 
 
 @contextmanager
@@ -84,60 +86,12 @@ def _refusing_taken_ports() -> Iterator[None]:
 
 
 @app.command()
-def worker(
-    config: ConfigOpt = None,
-    host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="gRPC port [50051]")] = None,
-    model: Annotated[str | None, typer.Option(help="tiny | vitl14 | synthetic [tiny]")] = None,
-    name: Annotated[str | None, typer.Option(help="model name served [lingbot-depth]")] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="vitl14: model.pt, .safetensors or downloaded repo")] = None,
-    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:N] [auto]")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
-    queue_limit: Annotated[int | None, typer.Option(help="requests waiting before refusal [64]")] = None,
-    max_batch_size: Annotated[int | None, typer.Option(help="most requests per batch; 1 = off [1]")] = None,
-    batching: Annotated[str | None, typer.Option(help="fixed | adaptive [adaptive]")] = None,
-    max_queue_delay_ms: Annotated[float | None, typer.Option(help="fixed: longest wait to fill a batch [0]")] = None,
-    target_latency_ms: Annotated[float | None, typer.Option(help="adaptive: latency target, ms [100]")] = None,
-    max_batch_pixels: Annotated[int | None, typer.Option(help="most pixels per batch [32000000]")] = None,
-    max_concurrent_batches: Annotated[int | None, typer.Option(help="batches on the device at once [1]")] = None,
-    max_message_mb: Annotated[int | None, typer.Option(help="gRPC message limit, MiB [64]")] = None,
-    max_pixels: Annotated[int | None, typer.Option(help="largest image, pixels [40000000]")] = None,
-    warmup_requests: Annotated[int | None, typer.Option(help="warm-up inferences before ready [1]")] = None,
-    warmup_levels: Annotated[str | None, typer.Option(help="resolution levels warmed up [0,9]")] = None,
-    drain_notice_s: Annotated[float | None, typer.Option(help="serve on while gateways notice a drain [3]")] = None,
-    drain_seconds: Annotated[float | None, typer.Option(help="grace period on SIGTERM [10]")] = None,
-    synthetic_ms: Annotated[float | None, typer.Option(help="synthetic: base ms per batch [20]")] = None,
-    synthetic_per_item_ms: Annotated[float | None, typer.Option(help="synthetic: ms per item [0]")] = None,
-    synthetic_dist: Annotated[str | None, typer.Option(help="synthetic: const | exp | lognormal")] = None,
-    seed: Annotated[int | None, typer.Option(help="synthetic: seed of service times [0]")] = None,
-    synthetic_sigma: Annotated[float | None, typer.Option(help="synthetic: lognormal sigma [0.5]")] = None,
-    synthetic_mem_gb: Annotated[float | None, typer.Option(help="synthetic: accelerator memory, GiB [80]")] = None,
-    memory_budget_fraction: Annotated[float | None, typer.Option(help="device memory share usable [0.9]")] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="serve gRPC over TLS with this certificate")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
-    tls_ca: Annotated[Path | None, typer.Option(help="require client certificates from this CA (mTLS)")] = None,
-    speed: Annotated[float | None, typer.Option(help="synthetic: speed factor dividing times [1]")] = None,
-    broker: BrokerOpt = None,
-    job_store: JobStoreOpt = None,
-    job_namespace: JobNamespaceOpt = None,
-    job_ttl_s: JobTtlSOpt = None,
-    job_max_attempts: JobMaxAttemptsOpt = None,
-    job_visibility_timeout_s: JobVisibilityTimeoutSOpt = None,
-    job_timeout_s: JobTimeoutSOpt = None,
-    job_concurrency: Annotated[int | None, typer.Option(help="jobs pulled and run at once [4]")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="HTTP port for /metrics; 0 = pick one [off]")] = None,
-    log_format: LogFormatOpt = None,
-    log_level: LogLevelOpt = None,
-    discovery: Annotated[str | None, typer.Option(help="registry to join after warm-up: redis://HOST:PORT")] = None,
-    advertise: Annotated[str | None, typer.Option(help="HOST[:PORT] gateways dial [bound or registry-facing]")] = None,
-    version: Annotated[str | None, typer.Option(help="model version registered [1]")] = None,
-    weight: Annotated[float | None, typer.Option(help="static weight registered [auto]")] = None,
-    registry_ttl_s: Annotated[float | None, typer.Option(help="registry entry lifetime, s [5]")] = None,
-) -> None:
+@with_settings_options(WorkerSettings)
+def worker(config: ConfigOpt = None, **flags: Any) -> None:
     """Run a model worker (OIP v2 gRPC server)."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
-    flags["checkpoint"] = _located_checkpoint(checkpoint)
-    settings = load_settings(WorkerSettings, config, **flags)
+    values = parsed_flags(WorkerSettings, flags)
+    values["checkpoint"] = _located_checkpoint(values.get("checkpoint"))
+    settings = _settings(WorkerSettings, config, values)
     with _refusing_taken_ports():  # before the model loads
         check_free(settings.host, settings.port, "--port")
         check_free(settings.host, settings.metrics_port, "--metrics-port")
@@ -147,56 +101,10 @@ def worker(
 
 
 @app.command()
-def gateway(
-    config: ConfigOpt = None,
-    host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port, HTTP/1.1 and h2c [8000]")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help="OIP v2 gRPC port [off]")] = None,
-    backends: Annotated[str | None, typer.Option(help="workers HOST:PORT[@WEIGHT|@auto],...")] = None,
-    discovery: Annotated[
-        str | None, typer.Option(help="backend sources, comma-separated: redis://H:P, file:///F.yaml, dns://NAME:PORT")
-    ] = None,
-    discovery_poll_s: Annotated[float | None, typer.Option(help="how often sources are read, s [1]")] = None,
-    policy: Annotated[str | None, typer.Option(help="load-balancing policy [round_robin]")] = None,
-    policy_options: Annotated[str | None, typer.Option(help='policy options as JSON: {"choice_count": 3}')] = None,
-    auto_weights: Annotated[bool | None, typer.Option("--auto-weights", help="weigh by measured throughput")] = None,
-    model: Annotated[str | None, typer.Option(help="default model name [lingbot-depth]")] = None,
-    request_timeout_s: Annotated[float | None, typer.Option(help="request deadline, s [30]")] = None,
-    max_body_mb: Annotated[float | None, typer.Option(help="largest request body, MiB [32]")] = None,
-    health_interval_s: Annotated[float | None, typer.Option(help="health-check interval, s [1]")] = None,
-    max_in_flight: Annotated[int | None, typer.Option(help="requests forwarded at once [256]")] = None,
-    max_queue: Annotated[int | None, typer.Option(help="requests waiting for admission [512]")] = None,
-    max_outstanding_per_backend: Annotated[
-        int | None, typer.Option(help="requests at one backend at once; more wait in the gateway [0 = no cap]")
-    ] = None,
-    rate_limit: Annotated[str | None, typer.Option(help="per key/address, e.g. '50/s burst 100'")] = None,
-    api_keys_file: Annotated[Path | None, typer.Option(help="NAME:SHA256 or NAME:plain:KEY lines")] = None,
-    admin_keys_file: Annotated[Path | None, typer.Option(help="admin keys for drain [loopback only]")] = None,
-    upload_timeout_s: Annotated[float | None, typer.Option(help="longest body upload, s [30]")] = None,
-    tls_cert: Annotated[Path | None, typer.Option(help="serve HTTPS (h2/HTTP1.1 by ALPN) with this cert")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="its private key (PKCS#8)")] = None,
-    backend_tls_ca: Annotated[Path | None, typer.Option(help="CA of the workers' gRPC TLS certificates")] = None,
-    backend_tls_cert: Annotated[Path | None, typer.Option(help="client certificate for mTLS to workers")] = None,
-    backend_tls_key: Annotated[Path | None, typer.Option(help="its private key")] = None,
-    broker: BrokerOpt = None,
-    job_store: JobStoreOpt = None,
-    job_namespace: JobNamespaceOpt = None,
-    job_ttl_s: JobTtlSOpt = None,
-    job_max_attempts: JobMaxAttemptsOpt = None,
-    job_visibility_timeout_s: JobVisibilityTimeoutSOpt = None,
-    job_timeout_s: JobTimeoutSOpt = None,
-    job_concurrency: Annotated[int | None, typer.Option(help="in-process broker: jobs run at once [4]")] = None,
-    log_format: LogFormatOpt = None,
-    log_level: LogLevelOpt = None,
-) -> None:
+@with_settings_options(GatewaySettings, skip=("config_file",))
+def gateway(config: ConfigOpt = None, **flags: Any) -> None:
     """Run the HTTP/2 gateway in front of workers."""
-    flags = {k: v for k, v in locals().items() if k != "config"}
-    if policy_options is not None:
-        try:
-            flags["policy_options"] = json.loads(policy_options)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--policy-options") from None
-    settings = load_settings(GatewaySettings, config, **flags)
+    settings = _settings(GatewaySettings, config, parsed_flags(GatewaySettings, flags))
     if config is not None:
         settings = settings.model_copy(update={"config_file": config.resolve()})  # watched for version routes
     if not settings.backends and not settings.discovery:
