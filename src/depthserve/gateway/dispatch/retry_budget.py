@@ -7,8 +7,10 @@ once: when many requests time out together on one frozen backend, they are retri
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
+
+from depthserve import handoff
+from depthserve.handoff import Ticket
 
 
 class RetryBudget:
@@ -21,7 +23,7 @@ class RetryBudget:
         self.active_retries = 0
         self.retries = 0  # started, for metrics and tests
         self.refused = 0  # wanted but over budget (and, for waiting retries, still over it at the deadline)
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[Ticket] = deque()
 
     def allowed(self) -> int:
         """Retries that may be in flight now."""
@@ -49,33 +51,26 @@ class RetryBudget:
             self.active_retries += 1
             self.retries += 1
             return True
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), max(0.0, timeout_s))
-        except TimeoutError:
-            if waiter.done() and not waiter.cancelled():
-                return True  # the slot arrived together with the timeout: keep it
-            waiter.cancel()
+        ticket = Ticket()
+        self._waiters.append(ticket)
+
+        def withdraw() -> None:
+            if ticket in self._waiters:
+                self._waiters.remove(ticket)
+
+        # Handed a slot while being cancelled: pass it on to the next waiting retry.
+        granted = await handoff.wait(ticket, timeout_s, self.release, withdraw)
+        if not granted:
             self.refused += 1
-            return False
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot we will not use: pass it on
-            waiter.cancel()
-            raise
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-        return True
+        return granted
 
     def release(self) -> None:
         """Give back a retry slot, handing it straight to the oldest waiting retry if there is one."""
         self.active_retries -= 1
         while self._waiters and self.active_retries < self.allowed():
             waiter = self._waiters.popleft()
-            if waiter.done():
+            if not waiter.open:
                 continue
             self.active_retries += 1
             self.retries += 1
-            waiter.set_result(None)
+            waiter.grant()

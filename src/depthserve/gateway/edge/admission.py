@@ -11,14 +11,15 @@ door, in milliseconds, rather than queued to time out later.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
+from depthserve import handoff
 from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
 from depthserve.gateway.errors import GatewayError
+from depthserve.handoff import Ticket
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.tracing import span
 
@@ -127,26 +128,14 @@ class AdmissionController:
         self._check_wait(client, remaining)
         if len(self._room) >= self.max_queue:
             self._make_place(priority, client)
-        waiter = Waiter(model, priority, client, asyncio.get_running_loop().create_future())
+        waiter = Waiter(model, priority, client, Ticket())
         self._room.push(waiter)
-        try:
-            async with asyncio.timeout(remaining):
-                # shield: a queued waiter's future stays pending until the controller resolves or drops it
-                await asyncio.shield(waiter.future)
-        except TimeoutError:
-            if _granted(waiter):
-                return  # the slot arrived as the deadline fired: it was handed over in time, so keep it
-            self._forget(waiter)
-            shed = waiter.future.exception() if waiter.future.done() else None
-            if shed is not None:
-                raise shed from None  # shed as the deadline fired: that answer was given (and counted) first
-            raise self._reject("deadline", f"deadline passed while queued for model {model!r}") from None
-        except asyncio.CancelledError:
-            if _granted(waiter):
-                self._release(model, client)
-            else:
-                self._forget(waiter)
-            raise
+        # A refusal (shed for a lighter client) is raised from here; a slot granted as we are cancelled goes on.
+        granted = await handoff.wait(
+            waiter.ticket, remaining, lambda: self._release(model, client), lambda: self._room.remove(waiter)
+        )
+        if not granted:
+            raise self._reject("deadline", f"deadline passed while queued for model {model!r}")
 
     def check_door(self, model: str, deadline: float, client: str) -> None:
         """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
@@ -204,7 +193,7 @@ class AdmissionController:
         self._room.remove(victim)
         self.shed += 1
         reason = "a higher-priority request" if victim.priority != priority else "a client with fewer queued"
-        victim.future.set_exception(self._reject("queue_full", f"shed for {reason}"))
+        victim.ticket.refuse(self._reject("queue_full", f"shed for {reason}"))
 
     def _model_cap(self, model: str) -> int | None:
         """The model's in-flight cap: its configured limit and its workers' capacity, whichever is lower."""
@@ -251,11 +240,7 @@ class AdmissionController:
             if waiter is None:
                 return
             self._take(waiter.model, waiter.client)
-            waiter.future.set_result(None)
-
-    def _forget(self, waiter: Waiter) -> None:
-        if not self._room.remove(waiter) and waiter.future.done():
-            waiter.future.exception()  # shed while being cancelled: mark the error as seen
+            waiter.ticket.grant()
 
     def _reject(self, reason: str, message: str, retry_after: float | None = None) -> GatewayError:
         self.rejected[reason] += 1
@@ -269,8 +254,3 @@ def _rate(times: Sequence[float]) -> float | None:
         return None
     span_s = times[-1] - times[0]
     return (len(times) - 1) / span_s if span_s > 0 else None
-
-
-def _granted(waiter: Waiter) -> bool:
-    future = waiter.future
-    return future.done() and not future.cancelled() and future.exception() is None

@@ -11,10 +11,11 @@ the door instead.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from depthserve.handoff import Ticket
 
 PRIORITIES = ("high", "normal", "low")  # served in this order; shed from the end
 RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
@@ -22,12 +23,12 @@ RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
 
 @dataclass(eq=False)
 class Waiter:
-    """One queued request; `future` resolves when a slot is handed to it."""
+    """One queued request; its `ticket` is granted when a slot is handed to it."""
 
     model: str
     priority: str
     client: str
-    future: asyncio.Future[None]
+    ticket: Ticket
 
 
 class WaitingRoom:

@@ -8,55 +8,51 @@ Waiters carry their pool's key (the model), so a saturated model never holds up 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+
+from depthserve import handoff
+from depthserve.handoff import Ticket
 
 
 class SlotQueue:
     """A FIFO of waiters woken one per freed slot; a woken waiter that gives up passes its turn on."""
 
     def __init__(self) -> None:
-        self._waiters: deque[tuple[asyncio.Future[None], str]] = deque()
+        self._waiters: deque[tuple[Ticket, str]] = deque()
         self.waited = 0  # requests that ever had to wait, since start
 
     @property
     def waiting(self) -> int:
         """Requests waiting now, all pools."""
-        return sum(not future.done() for future, _ in self._waiters)
+        return sum(ticket.open for ticket, _ in self._waiters)
 
     def has_waiters(self, key: str = "") -> bool:
         """Whether a request of this pool already waits, so a newcomer queues behind it instead of overtaking."""
-        return any(not future.done() and waiter_key == key for future, waiter_key in self._waiters)
+        return any(ticket.open and waiter_key == key for ticket, waiter_key in self._waiters)
 
     async def wait(self, timeout_s: float, returning: bool = False, key: str = "") -> bool:
         """Wait up to `timeout_s` for a freed slot; True when woken. `returning` waiters keep their place in front."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (future, key)
+        entry = (Ticket(), key)
         if returning:
             self._waiters.appendleft(entry)
         else:
             self._waiters.append(entry)
             self.waited += 1
-        try:
-            await asyncio.wait((future,), timeout=timeout_s)  # unlike wait_for, never swallows a cancellation
-            return future.done() and not future.cancelled()
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release(lambda other: other == key)  # woken, then cancelled: the next of its pool takes it
-            raise
-        finally:
-            if not future.done():
-                future.cancel()
+
+        def withdraw() -> None:
             with contextlib.suppress(ValueError):  # already taken off by release()
                 self._waiters.remove(entry)
+
+        # Woken, then cancelled: the next waiter of its pool takes the slot.
+        return await handoff.wait(entry[0], timeout_s, lambda: self.release(lambda other: other == key), withdraw)
 
     def release(self, serves: Callable[[str], bool] | None = None) -> None:
         """A slot freed on a backend that `serves` these pool keys (None: any): wake the oldest such waiter."""
         for entry in self._waiters:
-            future, key = entry
-            if not future.done() and (serves is None or serves(key)):
+            ticket, key = entry
+            if ticket.open and (serves is None or serves(key)):
                 self._waiters.remove(entry)
-                future.set_result(None)
+                ticket.grant()
                 return
