@@ -127,6 +127,7 @@ def _history_reads(cluster: ObservedCluster) -> float:
 
 def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_path: Path) -> None:
     out = tmp_path / "watch.txt"
+    before = _history_reads(cluster)  # the cluster is shared: earlier tests read the history too
     with out.open("w") as sink:
         watch = subprocess.Popen(
             [
@@ -148,7 +149,7 @@ def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_pat
             # Off a terminal rich draws only the last frame, at exit: wait (bounded) until the watcher has
             # fetched the history twice, not a fixed sleep: on a loaded machine its start alone takes seconds.
             deadline = time.monotonic() + 60.0
-            while time.monotonic() < deadline and _history_reads(cluster) < 2:
+            while time.monotonic() < deadline and _history_reads(cluster) < before + 2:
                 time.sleep(0.2)
         finally:
             watch.send_signal(signal.SIGINT)
