@@ -16,9 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from depthserve.balancer import make_policy
 from depthserve.discovery.backend_spec import parse_backend
 from depthserve.discovery.urls import check_url
-from depthserve.gateway.config import DispatchConfig, EdgeConfig
-from depthserve.gateway.dispatch.dispatcher import Dispatcher
-from depthserve.gateway.dispatch.forwarding import Forwarder
+from depthserve.gateway.config import EdgeConfig
+from depthserve.gateway.dispatch.core import GatewayCore
 from depthserve.gateway.dispatch.job_executor import gateway_executor
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.http.access import RouteAccess
@@ -33,7 +32,6 @@ from depthserve.gateway.oip.grpc_service import start_grpc
 from depthserve.gateway.oip.rest import oip_routes
 from depthserve.gateway.oip.service import OipService
 from depthserve.gateway.upstream import discovery_sync
-from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.jobs.broker import broker_kind
 from depthserve.jobs.service import JobService
 from depthserve.settings import GatewaySettings
@@ -84,12 +82,8 @@ class FastPath:
 
 def create_app(settings: GatewaySettings) -> FastPath:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
-    pool = BackendPool.from_settings(settings)
-    policies = {model: make_policy(p.name, p.options) for model, p in settings.policies.items()}
-    default_policy = make_policy(settings.policy, settings.policy_options)
-    dispatcher = Dispatcher(pool, DispatchConfig.of(settings), default_policy, policies)
-    edge = Edge(EdgeConfig.of(settings), capacity=pool.concurrency)  # surplus waits in the gateway's fair queue
-    forwarder = Forwarder(settings, dispatcher, edge)
+    core = GatewayCore.build(settings)
+    pool, dispatcher, edge, forwarder = core.pool, core.dispatcher, core.edge, core.forwarder
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)
     jobs = JobService.from_settings(settings, gateway_executor(dispatcher))

@@ -1,0 +1,156 @@
+"""Run one policy at one load: the real gateway core (admission, pool, policy, dispatcher, health checks,
+outlier ejection) on a virtual clock, in front of simulated workers, fed the scenario's arrivals.
+
+Nothing in the gateway knows it is simulated: it is built by `GatewayCore.build` from settings, as the
+HTTP app builds it, with the loop's clock and SimTransports in place of gRPC channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonclient.grpc import service_pb2 as pb
+
+from depthserve.gateway.dispatch.core import GatewayCore
+from depthserve.gateway.edge.upload_budget import UploadLease
+from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.upstream.transport import InferRequest
+from depthserve.settings import GatewaySettings
+from depthserve.sim.arrivals import Arrival, arrivals
+from depthserve.sim.scenario import Scenario
+from depthserve.sim.sim_transport import COST, GRID
+from depthserve.sim.stats import RunStats
+from depthserve.sim.world import World
+from depthserve.testing import virtual_time
+
+MODEL = "lingbot-depth"
+
+
+@dataclass
+class RunResult:
+    """What one policy did at one load."""
+
+    policy: str
+    load: float
+    offered_rps: float
+    stats: RunStats
+    measured_s: float  # simulated seconds the statistics cover
+    retries: int
+    hedges: int
+    resent: int
+    served_by_kind: Counter[str] = field(default_factory=Counter)
+    utilisation: dict[str, float] = field(default_factory=dict)  # per worker, busy share of the run
+    kinds: dict[str, str] = field(default_factory=dict)  # worker -> kind
+    wall_s: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+
+def policy_settings(scenario: Scenario, policy: str) -> tuple[GatewaySettings, bool]:
+    """Gateway settings for a policy name: `name`, `name@auto` (measured weights), `name+queueN` (a cap of N)."""
+    overrides: dict[str, Any] = {}
+    name = policy
+    if "+queue" in name:
+        name, cap = name.split("+queue")
+        overrides["max_outstanding_per_backend"] = int(cap or scenario.worker.max_batch)
+    auto = name.endswith("@auto")
+    name = name.removesuffix("@auto")
+    slots = scenario.workers * scenario.worker.max_batch
+    base: dict[str, Any] = {
+        "max_in_flight": max(256, 4 * slots),  # the gateway's default suits a few workers, not a fleet
+        "max_queue": max(512, 4 * slots),
+        "request_timeout_s": scenario.request_timeout_s,
+        "version_seed": scenario.seed,
+    }
+    settings = GatewaySettings(**{**base, **scenario.gateway, **overrides, "policy": name, "auto_weights": auto})
+    return settings, auto
+
+
+def requests_for(scenario: Scenario) -> list[InferRequest]:
+    """One prebuilt request per mix entry: its cost and token grid travel as parameters."""
+    built = []
+    for entry in scenario.mix:
+        request = pb.ModelInferRequest(model_name=MODEL)
+        request.parameters[COST].double_param = entry.cost
+        request.parameters[GRID].int64_param = entry.level
+        built.append(request)
+    return built
+
+
+async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
+    """Run the scenario for one policy at one load on the running (virtual-time) loop."""
+    loop = asyncio.get_running_loop()
+    random.seed(f"gateway:{scenario.seed}")  # the health checks' jitter
+    settings, auto = policy_settings(scenario, policy)
+    world = World(scenario, auto_weights=auto)
+    core = GatewayCore.build(settings, clock=loop.time, transports=world.transport, seed=scenario.seed)
+    pool = core.pool
+    for worker in world.workers.values():
+        pool.add(world.spec(worker))
+    await pool.start()
+    world.schedule(loop, lambda worker: pool.add(world.spec(worker)))
+    stats = RunStats()
+    built = requests_for(scenario)
+    clients = [f"10.{c // 65536}.{c // 256 % 256}.{c % 256}" for c in range(scenario.arrivals.clients)]
+    sessions = scenario.arrivals.sessions
+    headers = [{"x-session-id": f"s{c}"} if sessions else {} for c in range(len(clients))]
+    slo_ms, warmup, timeout = scenario.slo_s * 1000.0, scenario.warmup_s, scenario.request_timeout_s
+
+    async def one(arrival: Arrival, number: int) -> None:
+        counted = arrival.at >= warmup
+        request = built[arrival.mix]
+
+        async def build(lease: UploadLease) -> InferRequest:
+            return request
+
+        try:
+            await core.forwarder.forward(
+                MODEL, headers[arrival.client], clients[arrival.client], f"r{number}", timeout, build
+            )
+        except GatewayError as error:
+            stats.refused(arrival.at, f"{error.status} {error.reason}", counted)
+        else:
+            stats.answered(arrival.at, (loop.time() - arrival.at) * 1000.0, slo_ms, counted)
+
+    running: set[asyncio.Task[None]] = set()
+    wall = time.perf_counter()
+    for number, arrival in enumerate(arrivals(scenario, load)):
+        delay = arrival.at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if arrival.at >= warmup:
+            stats.sent += 1
+        task = loop.create_task(one(arrival, number))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    if running:
+        await asyncio.wait(running)
+    wall = time.perf_counter() - wall
+    result = RunResult(
+        policy,
+        load,
+        scenario.rate_at(load),
+        stats,
+        max(1e-9, scenario.duration_s - warmup),
+        core.dispatcher.budget.retries,
+        core.dispatcher.hedges,
+        core.dispatcher.stalls.resent,
+        wall_s=wall,
+        events=world.log,
+    )
+    end = loop.time()
+    for address, worker in world.workers.items():
+        result.served_by_kind[worker.kind.name] += worker.served
+        result.utilisation[address] = min(1.0, worker.busy_s / max(end, 1e-9))
+        result.kinds[address] = worker.kind.name
+    await pool.close()
+    return result
+
+
+def run(scenario: Scenario, policy: str, load: float) -> RunResult:
+    """Run one policy at one load on a fresh virtual-time loop."""
+    return virtual_time.run(simulate(scenario, policy, load))
