@@ -123,15 +123,19 @@ def eligible(backends: Iterable[Backend], now: float, panic_percent: float) -> l
 
 
 def slow_start(backend: Backend, now: float, window_s: float) -> tuple[float, float]:
-    """A newly ready backend's share of its weight now, in steps, and when the next step is due."""
+    """A newly ready backend's share of its weight now, and when the next step is due.
+
+    Steps fall on a grid shared by every backend (multiples of window / SLOW_START_STEPS on the clock), so
+    a thousand backends ramping at once rebuild their pool's table once per step, not once per backend.
+    """
     if window_s <= 0:
         return 1.0, math.inf
     elapsed = now - backend.health.ready_since
     if elapsed >= window_s:
         return 1.0, math.inf
-    step = math.floor(max(0.0, elapsed) / window_s * SLOW_START_STEPS)
-    share = max(SLOW_START_FLOOR, step / SLOW_START_STEPS)
-    return share, backend.health.ready_since + window_s * (step + 1) / SLOW_START_STEPS
+    tick = window_s / SLOW_START_STEPS
+    share = max(SLOW_START_FLOOR, math.floor(max(0.0, elapsed) / tick) / SLOW_START_STEPS)
+    return share, (math.floor(now / tick) + 1) * tick
 
 
 class PoolTables:
