@@ -112,6 +112,21 @@ class WorkerCollector(Collector):
             math.nan if load.temp_c is None else load.temp_c,
         )
         yield GaugeMetricFamily(
+            "depthserve_worker_gpu_power_watts",
+            "Accelerator board power draw from NVML (NaN = not measured, as on a CPU).",
+            math.nan if load.power_w is None else load.power_w,
+        )
+        yield GaugeMetricFamily(
+            "depthserve_worker_gpu_sm_clock_hertz",
+            "Accelerator SM clock from NVML (NaN = not measured, as on a CPU).",
+            math.nan if load.sm_clock_mhz is None else load.sm_clock_mhz * 1e6,
+        )
+        yield GaugeMetricFamily(
+            "depthserve_worker_busy_ratio",
+            "Share of the last window the worker held its device with a batch (compare with NVML utilisation).",
+            load.busy,
+        )
+        yield GaugeMetricFamily(
             "depthserve_worker_capacity_requests_per_second",
             "Requests per busy second the device sustained recently (0 = unknown).",
             load.capacity_rps,
