@@ -80,7 +80,9 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
     model: Literal["tiny", "vitl14", "synthetic"] = Field("tiny", description="which network to run")
     name: str = Field(DEFAULT_MODEL_NAME, description="model name clients and the gateway ask for")
     checkpoint: str | None = Field(None, description="model.pt / .safetensors path or HF repo id (vitl14)")
-    device: str = Field("auto", description="torch device: auto picks cuda when present, else cpu")
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device: auto picks cuda when present, else cpu"
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's own choice)")
     queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
     max_batch_size: int = Field(
