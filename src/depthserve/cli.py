@@ -93,6 +93,16 @@ def worker(
     checkpoint: Annotated[str | None, typer.Option(help="vitl14: model.pt, .safetensors or downloaded repo")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:N] [auto]")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads")] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(help="auto | fp32 | bf16 | fp16 [auto: fastest within the bound on GPU, fp32 on CPU]"),
+    ] = None,
+    precision_tolerance: Annotated[
+        float | None, typer.Option(help="auto's bound: p99 relative depth error against fp32 [0.02]")
+    ] = None,
+    pipeline_depth: Annotated[
+        int | None, typer.Option(help="batches in flight: next copied in while one computes [2 on GPU, 1 on CPU]")
+    ] = None,
     queue_limit: Annotated[int | None, typer.Option(help="requests waiting before refusal [64]")] = None,
     max_batch_size: Annotated[int | None, typer.Option(help="most requests per batch; 1 = off [1]")] = None,
     batching: Annotated[str | None, typer.Option(help="fixed | adaptive [adaptive]")] = None,

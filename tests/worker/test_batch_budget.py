@@ -76,11 +76,23 @@ async def test_a_batch_that_runs_out_of_memory_is_split_and_the_grid_capped() ->
     assert forward.failures == failures  # the next batch of the grid starts within the cap: no second failure
 
 
-async def test_one_item_that_does_not_fit_fails_with_its_reason() -> None:
+async def test_an_item_that_does_not_fit_alone_gets_its_reason_and_the_others_their_outputs() -> None:
     budget = BatchBudget(lambda: 100 * GB, max_batch=32)
     forward = FakeForward(budget, fixed=0, per_item=200 * GB, free=100 * GB)
-    with pytest.raises(OutOfDeviceMemory, match="> "):
-        await run_within_budget(budget, GRID, [1, 2, 3], forward)
+    results = await run_within_budget(budget, GRID, [1, 2], forward)
+    assert all(isinstance(result, OutOfDeviceMemory) and "> " in str(result) for result in results)
+    forward.per_item = 40 * GB  # two fit, three do not
+    assert await run_within_budget(budget, GRID, [1, 2, 3], forward) == [10, 20, 30]
+
+
+async def test_other_errors_fail_the_chunk() -> None:
+    budget = BatchBudget(lambda: None, max_batch=8)
+
+    async def broken(items: list[int]) -> list[int]:
+        raise ValueError("bad item")
+
+    with pytest.raises(ValueError, match="bad item"):
+        await run_within_budget(budget, GRID, [1, 2], broken)
 
 
 async def test_without_a_device_budget_the_batch_runs_whole() -> None:
@@ -89,3 +101,9 @@ async def test_without_a_device_budget_the_batch_runs_whole() -> None:
     assert not budget.unmeasured(GRID) and budget.limit(GRID) == 8
     assert await run_within_budget(budget, GRID, [1, 2, 3], forward) == [10, 20, 30]
     assert forward.batches == [[1, 2, 3]]
+
+
+def test_without_a_device_budget_an_out_of_memory_still_caps_the_grid() -> None:
+    budget = BatchBudget(lambda: None, max_batch=16)
+    assert budget.shrink(GRID, 16) == 8 and budget.limit(GRID) == 8
+    assert budget.shrink(GRID, 8) == 4 and budget.chunks(GRID, 10) == [4, 3, 3]

@@ -63,16 +63,16 @@ class BatchBudget:
 
     def limit(self, key: Hashable) -> int:
         """Give the most items of `key` one forward may hold now (1 for a grid not yet measured)."""
+        grid = self._grids.get(key)
+        cap = self.max_batch if grid is None or grid.cap is None else grid.cap
         available = self._available()
         if available is None:
-            return self.max_batch
-        grid = self._grids.get(key)
+            return max(1, min(self.max_batch, cap))  # no measured budget: only an out-of-memory lowers it
         if grid is None or not grid.peaks:
             return 1
         fixed, per_item = grid.fit()
         fits = int((available - fixed * MARGIN) // max(per_item * MARGIN, 1.0))
-        limit = max(1, min(self.max_batch, fits))
-        return limit if grid.cap is None else max(1, min(limit, grid.cap))
+        return max(1, min(self.max_batch, fits, cap))
 
     def shrink(self, key: Hashable, failed_items: int) -> int:
         """Cap `key` below a batch size that ran out of memory; give the new cap."""
@@ -90,26 +90,30 @@ class BatchBudget:
 
 async def run_within_budget(
     budget: BatchBudget, key: Hashable, items: Sequence[T], run: Callable[[list[T]], Awaitable[list[R]]]
-) -> list[R]:
-    """Run `items` in chunks the budget allows (concurrently, so a pipeline can overlap them), in order.
+) -> list[R | Exception]:
+    """Run `items` in chunks the budget allows (concurrently, so a pipeline can overlap them); results in order.
 
-    A chunk that raises OutOfDeviceMemory shrinks the grid's cap and is run again in smaller chunks; one item
-    that does not fit alone raises it to the caller. A grid never measured runs one item first.
+    A chunk that raises OutOfDeviceMemory shrinks the grid's cap and is run again in smaller chunks; an item
+    that does not fit alone gets that error as its result, the others their outputs. Any other error of a
+    chunk is raised (the batcher then retries its items one by one). A grid never measured runs one item first.
     """
     if len(items) > 1 and budget.unmeasured(key):
         first = await run_within_budget(budget, key, items[:1], run)
-        return first + await run_within_budget(budget, key, items[1:], run)
+        rest = await run_within_budget(budget, key, items[1:], run)
+        return first + rest
     sizes = budget.chunks(key, len(items))
     bounds = [sum(sizes[:index]) for index in range(len(sizes) + 1)]
     parts = [list(items[bounds[i] : bounds[i + 1]]) for i in range(len(sizes))]
     results = await asyncio.gather(*(run(part) for part in parts), return_exceptions=True)
-    out: list[R] = []
+    out: list[R | Exception] = []
     for part, result in zip(parts, results, strict=True):
         if isinstance(result, OutOfDeviceMemory):
             if len(part) == 1:
-                raise result
+                out.append(result)
+                continue
             budget.shrink(key, len(part))
-            out += await run_within_budget(budget, key, part, run)
+            retried = await run_within_budget(budget, key, part, run)
+            out.extend(retried)
         elif isinstance(result, BaseException):
             raise result
         else:

@@ -38,13 +38,18 @@ class BatchStages(Protocol[StagedT, ComputedT]):
 class OverlapPipeline(Generic[StagedT, ComputedT]):
     """Feeds batches through `stages` with at most `depth` in flight and one compute launch at a time."""
 
-    def __init__(self, stages: BatchStages[StagedT, ComputedT], depth: int = 1, io_threads: int = 2) -> None:
+    def __init__(
+        self, stages: BatchStages[StagedT, ComputedT], depth: int = 1, io_threads: int = 2, device_threads: int = 1
+    ) -> None:
+        """`device_threads` > 1 (depth 1 only) runs that many batches at once, for CPU workers that ask for it."""
         if depth < 1:
             raise ValueError(f"pipeline depth must be at least 1, got {depth}")
         self.stages = stages
         self.depth = depth
         self.in_flight = 0  # batches between stage_in and the end of stage_out
-        self._device = ThreadPoolExecutor(1, thread_name_prefix="device")  # launches stay in submission order
+        # One launching thread when overlapping, so launches stay in submission order on the device.
+        threads = device_threads if depth == 1 else 1
+        self._device = ThreadPoolExecutor(threads, thread_name_prefix="device")
         self._io = ThreadPoolExecutor(io_threads, thread_name_prefix="device-io") if depth > 1 else None
         self._room: asyncio.Semaphore | None = None
 

@@ -62,6 +62,7 @@ class SyntheticRunner:
 
     platform = "depthserve_synthetic"
     cheap_prepare = True
+    pipeline_depth = 1
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
