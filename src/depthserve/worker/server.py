@@ -98,9 +98,13 @@ class Worker:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
         self.registration: Registration | None = None
-        registry = worker_registry(settings, self.state, self.batcher, self.device, self.reporter)
+        registry = worker_registry(settings, self.state, self.batcher, self.device, self.reporter, self._precision)
         port = settings.metrics_port
         self.metrics = None if port is None else MetricsServer(registry, settings.host, port)
+
+    def _precision(self) -> str:
+        """The runner's compute precision once it is loaded and warm, for /metrics ("" before)."""
+        return self.runner.precision if self.state.ready else ""
 
     async def start(self) -> None:
         """Bind and start serving (not ready yet), then load and warm the model."""
