@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import torch
 
@@ -52,17 +51,27 @@ def describe_device(device: torch.device) -> str:
     return f"{props.name} ({device}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor})"
 
 
-def memory_for_batches(device: torch.device, fraction: float) -> Callable[[], int | None]:
-    """Bytes a forward pass may take now: free device memory plus torch's idle cache, less (1 - fraction) of the card.
+class DeviceMemory:
+    """Bytes a forward pass may take: free device memory plus torch's idle cache, less (1 - fraction) of the card.
 
-    None on a CPU, where the budget does not apply (the process's memory is the memory guard's business).
+    Read at load and after each batch, in a stage-out thread (never on the event loop or the launching
+    thread, where a driver query could wait for the device); None on a CPU, where no budget applies.
     """
-    if device.type != "cuda":
-        return lambda: None
 
-    def available() -> int:
-        free, total = torch.cuda.mem_get_info(device)
-        idle_cache = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return int(free + idle_cache - (1.0 - fraction) * total)
+    def __init__(self, device: torch.device, fraction: float) -> None:
+        self._device = device
+        self._fraction = fraction
+        self.value: int | None = None
+        self.refresh()
 
-    return available
+    def refresh(self) -> None:
+        """Read the device's free memory again."""
+        if self._device.type != "cuda":
+            return
+        free, total = torch.cuda.mem_get_info(self._device)
+        idle_cache = torch.cuda.memory_reserved(self._device) - torch.cuda.memory_allocated(self._device)
+        self.value = int(free + idle_cache - (1.0 - self._fraction) * total)
+
+    def __call__(self) -> int | None:
+        """The last reading."""
+        return self.value

@@ -44,9 +44,9 @@ class TorchRunner:
         from depthserve.model import load_model
         from depthserve.worker.runners.precision_trials import run_trials
         from depthserve.worker.runners.torch_device import (
+            DeviceMemory,
             describe_device,
             gpu_uuid,
-            memory_for_batches,
             resolve_device,
         )
         from depthserve.worker.runners.torch_stages import TorchStages
@@ -68,9 +68,10 @@ class TorchRunner:
         if chosen.error > settings.precision_tolerance:
             log.warning("precision %s is %.2f%% from fp32 (bound %.2f%%)", chosen.precision, chosen.error * 100,
                         settings.precision_tolerance * 100)  # fmt: skip
-        self.budget = BatchBudget(memory_for_batches(device, settings.memory_budget_fraction), settings.max_batch_size)
+        memory = DeviceMemory(device, settings.memory_budget_fraction)
+        self.budget = BatchBudget(memory, settings.max_batch_size)
         self.pipeline_depth = settings.pipeline_depth or (2 if device.type == "cuda" else 1)
-        stages = TorchStages(self._model, device, self.precision, self.budget.record)
+        stages = TorchStages(self._model, device, self.precision, self.budget.record, memory.refresh)
         threads = settings.max_concurrent_batches if device.type == "cpu" else 1
         self._pipeline = OverlapPipeline(stages, self.pipeline_depth, device_threads=threads)
         log.info(

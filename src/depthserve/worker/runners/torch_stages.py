@@ -77,7 +77,10 @@ class TorchStages:
         device: torch.device,
         precision: str,
         record_peak: PeakRecorder | None = None,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
+        """`after_batch` runs in the stage-out thread once a batch is back (the runner re-reads free memory)."""
+        self._after_batch = after_batch
         self.model = model
         self.device = device
         self.precision = precision
@@ -193,6 +196,8 @@ class TorchStages:
             self._release(staged.host)
             if self.buffers is not None:
                 self._release(list(computed.outputs.values()))
+            if self._after_batch is not None:
+                self._after_batch()
 
     def _host(self, shape: tuple[int, ...], dtype: torch.dtype, held: list[Tensor]) -> Tensor:
         if self.buffers is None:
