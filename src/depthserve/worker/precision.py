@@ -21,12 +21,14 @@ class PrecisionTrial:
     """One precision run on the fixed input: its best time and its depth error against fp32."""
 
     precision: str
-    seconds: float
+    seconds: float  # best time on the fixed input; 0 when it was not run (fp32 alone)
     error: float  # p99 relative depth error against fp32 (0 for fp32; inf when it broke a finite pixel)
     mean_error: float = 0.0
 
     def describe(self) -> str:
         """Say the trial in a few words for the start-up log."""
+        if not self.seconds:
+            return f"{self.precision} (the only candidate: not run)"
         return f"{self.precision} {self.seconds * 1000:.1f} ms, p99 error {self.error:.2%}"
 
 
