@@ -18,6 +18,7 @@ from depthserve.cluster_logs import KEEP, new_log_dir
 from depthserve.parent_death import PARENT_PID_ENV
 from depthserve.probes import free_port, grpc_serving, http_ready
 from depthserve.ready_banner import print_banner
+from depthserve.telemetry.gpus import VISIBLE_ENV
 
 console = Console(stderr=True)
 RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
@@ -32,6 +33,7 @@ class Child:
     process: subprocess.Popen[bytes]
     log: Path
     args: list[str]
+    env: dict[str, str]  # set for this child on top of ours (a GPU worker's CUDA_VISIBLE_DEVICES)
     started_at: float = 0.0
     restarts: int = 0
     restart_at: float | None = None
@@ -53,8 +55,11 @@ class LocalCluster:
         policy: str,
         threads: int | None,
         ready_timeout_s: float = 600.0,
+        gpu_ids: list[str] | None = None,
     ) -> None:
-        self.workers = workers
+        """`gpu_ids` (NVML indices or UUIDs, from `--gpus`) start one worker per GPU, each seeing only its own."""
+        self.gpu_ids = gpu_ids
+        self.workers = len(gpu_ids) if gpu_ids else workers
         self.model = model
         self.checkpoint = checkpoint
         self.port = port or free_port()
@@ -65,7 +70,7 @@ class LocalCluster:
         self.children: list[Child] = []
         self._stop_signal: int | None = None
 
-    def _popen(self, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def _popen(self, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "depthserve", *args],
@@ -73,12 +78,13 @@ class LocalCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, PARENT_PID_ENV: str(os.getpid())},  # the child ends with us (parent_death.py)
+                env={**os.environ, **env, PARENT_PID_ENV: str(os.getpid())},  # the child ends with us (parent_death.py)
             )
 
-    def _spawn(self, name: str, args: list[str]) -> Child:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
         log = self.log_dir / f"{name}.log"
-        child = Child(name, self._popen(args, log), log, args, time.monotonic())
+        env = env or {}
+        child = Child(name, self._popen(args, log, env), log, args, env, time.monotonic())
         self.children.append(child)
         return child
 
@@ -95,7 +101,7 @@ class LocalCluster:
                 f" (log {child.log})"
             )
         elif now >= child.restart_at:
-            child.process = self._popen(child.args, child.log)
+            child.process = self._popen(child.args, child.log, child.env)
             child.started_at, child.restart_at = now, None
             child.restarts += 1
             console.print(f"{child.name} restarted (pid {child.process.pid})")
@@ -143,7 +149,11 @@ class LocalCluster:
                 ]
                 if self.checkpoint:
                     args += ["--checkpoint", self.checkpoint]
-                pending[f"worker-{index}"] = (self._spawn(f"worker-{index}", args), address)
+                env = {}
+                if self.gpu_ids:  # CUDA shows this worker its GPU alone, as its cuda:0 (as Ray and Triton do)
+                    args += ["--device", "cuda:0"]
+                    env[VISIBLE_ENV] = self.gpu_ids[index]
+                pending[f"worker-{index}"] = (self._spawn(f"worker-{index}", args, env), address)
                 addresses.append(address)
             if not self._wait_ready(progress, pending):
                 return False

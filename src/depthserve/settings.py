@@ -80,8 +80,25 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
     model: Literal["tiny", "vitl14", "synthetic"] = Field("tiny", description="which network to run")
     name: str = Field(DEFAULT_MODEL_NAME, description="model name clients and the gateway ask for")
     checkpoint: str | None = Field(None, description="model.pt / .safetensors path or HF repo id (vitl14)")
-    device: str = Field("auto", description="torch device: auto picks cuda when present, else cpu")
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device: auto picks cuda when present, else cpu"
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's own choice)")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="compute precision (autocast); auto: on a GPU the fastest within precision_tolerance of fp32, "
+        "checked at warm-up on a fixed input; on a CPU fp32",
+    )
+    precision_tolerance: float = Field(
+        0.02, gt=0, description="bound on the p99 relative depth difference from fp32 that auto accepts (0.02 = 2%)"
+    )
+    pipeline_depth: int | None = Field(
+        None,
+        ge=1,
+        le=4,
+        description="batches in flight on the device: the next is copied in while one computes (default 2 on a GPU, "
+        "1 on a CPU)",
+    )
     queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
     max_batch_size: int = Field(
         1, ge=1, le=1024, description="most requests run as one batch (1 = no batching; 8-16 suit a GPU)"
