@@ -292,6 +292,23 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
     config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
     job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
+    scale_min_workers: int = Field(1, ge=0, description="autoscaling signal: fewest workers a model pool is given")
+    scale_max_workers: int = Field(64, ge=1, description="autoscaling signal: most workers a model pool is given")
+    scale_target_utilization: float = Field(
+        0.7, gt=0, le=1, description="autoscaling signal: busy share each worker should run at"
+    )
+    scale_tolerance: float = Field(
+        0.1, ge=0, lt=1, description="autoscaling signal: demand within this share of the workers changes nothing"
+    )
+    scale_pending_threshold: int | None = Field(
+        None, ge=0, description="autoscaling signal: more requests waiting than this asks one worker more [off]"
+    )
+    scale_down_window_s: float = Field(
+        60.0, ge=0, description="autoscaling signal: a pool shrinks only after wanting fewer workers this long"
+    )
+    scale_rate_window_s: float = Field(
+        5.0, gt=0, description="autoscaling signal: window of the measured completion rate, s"
+    )
 
     @field_validator("backends", "discovery", mode="before")
     @classmethod

@@ -39,7 +39,7 @@ class Stabiliser:
         while self._history and self._history[0][0] < horizon:
             self._history.popleft()
         ceiling = max(r for t, r in self._history if t >= now - self.down_window_s)
-        floor = min(r for t, r in self._history if t >= now - self.up_window_s)
+        floor = min([recommendation, *(r for t, r in self._history if t > now - self.up_window_s)])
         count = current if self.desired is None else self.desired
         count = max(count, floor)  # scale up to what the whole up-window agreed on
         count = min(count, ceiling)  # scale down only to the highest wish of the down-window

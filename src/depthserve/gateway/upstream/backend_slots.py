@@ -26,6 +26,10 @@ class SlotQueue:
         """Requests waiting now, all pools."""
         return sum(not future.done() for future, _ in self._waiters)
 
+    def waiting_for(self, key: str) -> int:
+        """Requests of one pool waiting now (the autoscaling signal's queue)."""
+        return sum(not future.done() and waiter_key == key for future, waiter_key in self._waiters)
+
     def has_waiters(self, key: str = "") -> bool:
         """Whether a request of this pool already waits, so a newcomer queues behind it instead of overtaking."""
         return any(not future.done() and waiter_key == key for future, waiter_key in self._waiters)
