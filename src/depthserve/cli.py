@@ -128,7 +128,9 @@ def worker(
     metrics_port: Annotated[int | None, typer.Option(help="HTTP port for /metrics; 0 = pick one [off]")] = None,
     log_format: LogFormatOpt = None,
     log_level: LogLevelOpt = None,
-    discovery: Annotated[str | None, typer.Option(help="registry to join after warm-up: redis://HOST:PORT")] = None,
+    discovery: Annotated[
+        str | None, typer.Option(help="registry to join after warm-up: redis://HOST:PORT or etcd://HOST:PORT/PREFIX")
+    ] = None,
     advertise: Annotated[str | None, typer.Option(help="HOST[:PORT] gateways dial [bound or registry-facing]")] = None,
     version: Annotated[str | None, typer.Option(help="model version registered [1]")] = None,
     weight: Annotated[float | None, typer.Option(help="static weight registered [auto]")] = None,
@@ -154,7 +156,10 @@ def gateway(
     grpc_port: Annotated[int | None, typer.Option(help="OIP v2 gRPC port [off]")] = None,
     backends: Annotated[str | None, typer.Option(help="workers HOST:PORT[@WEIGHT|@auto],...")] = None,
     discovery: Annotated[
-        str | None, typer.Option(help="backend sources, comma-separated: redis://H:P, file:///F.yaml, dns://NAME:PORT")
+        str | None,
+        typer.Option(
+            help="backend sources, comma-separated: redis://H:P, etcd://H:P/PREFIX, file:///F.yaml, dns://N:P"
+        ),
     ] = None,
     discovery_poll_s: Annotated[float | None, typer.Option(help="how often sources are read, s [1]")] = None,
     policy: Annotated[str | None, typer.Option(help="load-balancing policy [round_robin]")] = None,

@@ -126,7 +126,9 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
         None, ge=0, le=65535, description="HTTP port serving Prometheus /metrics (0 picks a free one; unset = off)"
     )
     version: str = Field("1", description="model version this worker serves, as registered for gateways")
-    discovery: str | None = Field(None, description="registry to join after warm-up: redis://HOST:PORT[/DB]")
+    discovery: str | None = Field(
+        None, description="registry to join after warm-up: redis://HOST:PORT[/DB] or etcd://HOST:PORT[/PREFIX]"
+    )
     advertise: str | None = Field(
         None, description="HOST[:PORT] gateways should dial (default: bound host, or the address facing the registry)"
     )
@@ -283,9 +285,12 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
     discovery: list[str] = Field(
-        default_factory=list, description="more backend sources: redis://HOST:PORT, file:///PATH.yaml, dns://NAME:PORT"
+        default_factory=list,
+        description="more backend sources: redis://HOST:PORT, etcd://HOST:PORT/PREFIX, file:///PATH.yaml, dns://NAME:PORT",
     )
-    discovery_poll_s: float = Field(1.0, gt=0, description="how often file, Redis and DNS sources are read")
+    discovery_poll_s: float = Field(
+        1.0, gt=0, description="how often file, Redis and DNS sources are read (etcd is watched, not polled)"
+    )
     versions: dict[str, VersionRouteConfig] = Field(
         default_factory=dict, description="per model: version split and header routing (hot-reloaded from --config)"
     )

@@ -23,6 +23,8 @@ class LoadStats:
     sent: int = 0
     ok: int = 0
     by_status: Counter[int] = field(default_factory=Counter)
+    by_reason: Counter[str] = field(default_factory=Counter)  # refusals by "STATUS reason" (JSON error body)
+    unclear: int = 0  # refusals without a JSON reason, or 503s without Retry-After: not a clear answer
     transport_errors: int = 0
     mixed_up: int = 0  # replies carrying another request's id: would mean a reply went to the wrong caller
     latencies_ms: list[float] = field(default_factory=list)
@@ -86,6 +88,13 @@ async def open_loop(
             stats.backends[reply.headers.get("x-backend", "?")] += 1
         else:
             stats.by_status[reply.status_code] += 1
+            try:
+                reason = str(reply.json().get("reason", ""))
+            except ValueError:
+                reason = ""
+            stats.by_reason[f"{reply.status_code} {reason}"] += 1
+            if not reason or (reply.status_code == 503 and "retry-after" not in reply.headers):
+                stats.unclear += 1
 
     tasks = []
     start = time.perf_counter()
