@@ -74,7 +74,7 @@ async def test_registry_membership_under_load(tmp_path: Path, rgb_png: bytes) ->
             await wait_for(lambda u=each: ready(u) == addresses)
         assert {b["source"] for b in members(url).values()} == {"etcd"}
 
-        running = asyncio.create_task(open_loop(f"{url}/v1/depth", rgb_png, rate=50, duration_s=8.0, clients=8))
+        running = asyncio.create_task(open_loop(f"{url}/v1/depth", rgb_png, rate=50, duration_s=6.0, clients=8))
         await asyncio.sleep(1.5)
         (leaver, left), (victim, killed) = workers[0], workers[1]
         leaver.popen.terminate()  # SIGTERM: deletes its key first, then drains while still serving
@@ -121,10 +121,10 @@ async def test_etcd_restarted_under_load_loses_no_request(tmp_path: Path, rgb_pn
     late = None
     try:
         await wait_for(lambda: ready(url) == {a for _, a in workers})
-        running = asyncio.create_task(open_loop(f"{url}/v1/depth", rgb_png, rate=40, duration_s=8.0, clients=8))
+        running = asyncio.create_task(open_loop(f"{url}/v1/depth", rgb_png, rate=40, duration_s=6.0, clients=8))
         await asyncio.sleep(1.0)
         await asyncio.to_thread(etcd.stop)  # the registry is gone: the gateway keeps its last view
-        await asyncio.sleep(2.0 * TTL_S)  # longer than the leases: nothing may expire while etcd is down
+        await asyncio.sleep(1.5 * TTL_S)  # longer than the leases: nothing may expire while etcd is down
         assert ready(url) == {a for _, a in workers}
         await asyncio.to_thread(etcd.start)
         late = start_worker(tmp_path, *join_args(registry, tmp_path), "--synthetic-ms", "10", name="late")

@@ -10,6 +10,7 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -59,14 +60,18 @@ def client_pool(count: int, timeout_s: float, distinct_sources: bool = True) -> 
 async def open_loop(
     url: str,
     body: bytes,
-    rate: float,
+    rate: float | Callable[[float], float],
     duration_s: float,
     clients: int = 16,
     timeout_s: float = 30.0,
     seed: int = 0,
     content_type: str = "image/png",
 ) -> LoadStats:
-    """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning."""
+    """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning.
+
+    `rate` may be a function of the seconds since the start (a load step), read at each arrival.
+    """
+    rate_at = rate if callable(rate) else (lambda _t, r=float(rate): r)
     rng = random.Random(seed)
     stats = LoadStats()
     pool = client_pool(clients, timeout_s)
@@ -106,7 +111,7 @@ async def open_loop(
                 await asyncio.sleep(delay)
             stats.sent += 1
             tasks.append(asyncio.create_task(one(pool[stats.sent % clients], f"load-{seed}-{stats.sent}")))
-            next_at += rng.expovariate(rate)
+            next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
         stats.duration_s = time.perf_counter() - start
         await asyncio.gather(*tasks)
     finally:
