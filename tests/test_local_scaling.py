@@ -4,12 +4,19 @@ is answered (200, or a clear 503 with a reason and Retry-After), none lost, none
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
 
+import httpx
 import pytest
+from tests.conftest import require_service
 
 from depthserve.local_scaling import parse_bounds
-from depthserve.testing.autoscale_run import Phase, run_autoscale
+from depthserve.probes import free_port
+from depthserve.testing.autoscale_run import Phase, cluster_env, run_autoscale
+from depthserve.testing.processes import Proc, wait_until
+from depthserve.testing.samples import png_bytes, seeded_image
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 DOWN_WINDOW_S = 2.5
@@ -45,3 +52,40 @@ async def test_up_autoscale_follows_a_load_step_and_loses_nothing(tmp_path: Path
     assert changes[0][0] == 1 and max(b for _, b in changes) == 4 and changes[-1][1] == 1
     assert run.log.count("autoscale: starting") == 3 and run.log.count("retired") == 3
     assert 'depthserve_gateway_desired_workers{model="lingbot-depth"} 1.0' in run.metrics
+
+
+async def test_up_with_a_registry_joins_and_retires_workers_through_it(tmp_path: Path) -> None:
+    require_service("etcd", "127.0.0.1", 2379)
+    registry = f"etcd://127.0.0.1:2379/up-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = cluster_env(service_ms=10.0, down_window_s=1.0)
+    up = Proc(
+        [
+            "up",
+            "--model",
+            "synthetic",
+            "--workers",
+            "2",
+            "--autoscale",
+            "1:2",
+            "--discovery",
+            registry,
+            "--port",
+            str(port),
+        ],
+        tmp_path / "up.log",
+        env={**env, "COLUMNS": "200"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await asyncio.to_thread(wait_until, lambda: "depthserve ready at" in up.output(), up, 120.0)
+        # Idle: the signal asks for 1 after its quiet window; one worker deregisters, drains and is gone.
+        await asyncio.to_thread(wait_until, lambda: "retired" in up.output(), up, 60.0)
+        backends = httpx.get(f"{url}/v1/cluster", timeout=5).json()["backends"]
+        assert [b["source"] for b in backends] == ["etcd"]
+        reply = httpx.post(f"{url}/v1/depth", content=png_bytes(seeded_image(48, 64)), timeout=30,
+                           headers={"Content-Type": "image/png"})  # fmt: skip
+        assert reply.status_code == 200 and reply.headers["x-backend"] == backends[0]["address"]
+        assert "autoscale: 2 -> 1 workers" in up.output()
+    finally:
+        assert up.stop(timeout=30.0) == 0
