@@ -16,7 +16,7 @@ from depthserve.testing.etcd import EtcdServer, etcd_binary
 from depthserve.testing.load import open_loop
 from depthserve.testing.processes import start_gateway, start_worker
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 TTL_S = 2.0
 
 
