@@ -9,6 +9,7 @@ project's pinned grpcio and protobuf); every aetcd error leaves this module as D
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -24,6 +25,7 @@ from depthserve.discovery.errors import DiscoveryError, foreign_errors
 DEFAULT_PREFIX = "/depthserve/workers/"
 DEFAULT_PORT = 2379
 TIMEOUT_S = 2  # one etcd call; aetcd takes whole seconds
+CANCEL_TIMEOUT_S = 1.0
 # Pings find a silently dead etcd (a cut link, a paused host) instead of waiting on the watch forever;
 # 10 s stays above etcd's default --grpc-keepalive-min-time (5 s), under which it refuses pings.
 CHANNEL_OPTIONS = {
@@ -110,8 +112,9 @@ class EtcdRegistry:
                     key = event.kv.key.decode()
                     yield key, (event.kv.value if event.kind == aetcd.EventKind.PUT else None)
             finally:
-                with contextlib.suppress(Exception):  # a watch on a dead connection cannot cancel; nothing to undo
-                    await watch.cancel()
+                # A watch on a dead connection cannot be cancelled: nothing to undo, and never wait on it long.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(watch.cancel(), CANCEL_TIMEOUT_S)
 
     async def close(self) -> None:
         """Close the connection."""
