@@ -141,12 +141,22 @@ def up(
     log_format: Annotated[str | None, typer.Option(help="gateway and worker logs: text | json [text]")] = None,
     log_level: LogLevelOpt = None,
     grpc_port: Annotated[int | None, typer.Option(help="also serve OIP gRPC (tritonclient) on this port")] = None,
+    autoscale: Annotated[
+        str | None, typer.Option(help="MIN:MAX: add and drain workers as the gateway's scaling signal asks")
+    ] = None,
+    discovery: Annotated[
+        str | None, typer.Option(help="registry workers join and the gateway follows: redis://... or etcd://...")
+    ] = None,
 ) -> None:
     """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
     import os
 
-    from depthserve.local_cluster import LocalCluster
+    from depthserve.local_cluster import LocalCluster, scaling_options
 
+    try:
+        bounds = scaling_options(autoscale, discovery)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     for component in ("GATEWAY", "WORKER"):  # the children read their settings from the environment too
         if log_format is not None:
             os.environ[f"DEPTHSERVE_{component}_LOG_FORMAT"] = log_format
@@ -169,6 +179,8 @@ def up(
         port=port,
         policy=policy,
         threads=threads,
+        discovery=discovery,
+        autoscale=bounds,
         gpu_ids=gpu_ids,
     )
     raise typer.Exit(cluster.run())

@@ -143,7 +143,9 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
         None, ge=0, le=65535, description="HTTP port serving Prometheus /metrics (0 picks a free one; unset = off)"
     )
     version: str = Field("1", description="model version this worker serves, as registered for gateways")
-    discovery: str | None = Field(None, description="registry to join after warm-up: redis://HOST:PORT[/DB]")
+    discovery: str | None = Field(
+        None, description="registry to join after warm-up: redis://HOST:PORT[/DB] or etcd://HOST:PORT[/PREFIX]"
+    )
     advertise: str | None = Field(
         None, description="HOST[:PORT] gateways should dial (default: bound host, or the address facing the registry)"
     )
@@ -300,15 +302,35 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
     discovery: list[str] = Field(
-        default_factory=list, description="more backend sources: redis://HOST:PORT, file:///PATH.yaml, dns://NAME:PORT"
+        default_factory=list,
+        description="more backend sources: redis://HOST:PORT, etcd://HOST:PORT/PREFIX, file:///PATH.yaml, dns://NAME:PORT",
     )
-    discovery_poll_s: float = Field(1.0, gt=0, description="how often file, Redis and DNS sources are read")
+    discovery_poll_s: float = Field(
+        1.0, gt=0, description="how often file, Redis and DNS sources are read (etcd is watched, not polled)"
+    )
     versions: dict[str, VersionRouteConfig] = Field(
         default_factory=dict, description="per model: version split and header routing (hot-reloaded from --config)"
     )
     version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
     config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
     job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
+    scale_min_workers: int = Field(1, ge=0, description="autoscaling signal: fewest workers a model pool is given")
+    scale_max_workers: int = Field(64, ge=1, description="autoscaling signal: most workers a model pool is given")
+    scale_target_utilization: float = Field(
+        0.7, gt=0, le=1, description="autoscaling signal: busy share each worker should run at"
+    )
+    scale_tolerance: float = Field(
+        0.1, ge=0, lt=1, description="autoscaling signal: demand within this share of the workers changes nothing"
+    )
+    scale_pending_threshold: int | None = Field(
+        None, ge=0, description="autoscaling signal: more requests waiting than this asks one worker more [off]"
+    )
+    scale_down_window_s: float = Field(
+        60.0, ge=0, description="autoscaling signal: a pool shrinks only after wanting fewer workers this long"
+    )
+    scale_rate_window_s: float = Field(
+        5.0, gt=0, description="autoscaling signal: window of the measured completion rate, s"
+    )
 
     @field_validator("backends", "discovery", mode="before")
     @classmethod
