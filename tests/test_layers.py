@@ -10,7 +10,7 @@ from pathlib import Path
 import depthserve
 
 ROOT = Path(depthserve.__file__).parent
-LOWER = ("balancer", "codec", "protocol", "discovery", "jobs", "telemetry", "model", "weights")
+LOWER = ("balancer", "codec", "protocol", "discovery", "jobs", "telemetry", "model", "weights", "scaling")
 UPPER = ("gateway", "worker", "cli", "local_cluster")
 
 

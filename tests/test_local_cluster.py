@@ -12,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import tritonclient.grpc
 
+from depthserve.local_cluster import LocalCluster
 from depthserve.probes import free_port
 from depthserve.testing.processes import descendants, pid_alive
 
@@ -144,3 +146,47 @@ def test_up_banner_is_unwrapped_and_log_folders_do_not_pile_up(tmp_path: Path) -
     assert running.exists() and log_dir.exists(), left  # in use, and this run's logs stay after it
     finished = [name for name in left if name != running.name]
     assert len(finished) == 5 and "depthserve-up-old7" in finished and "depthserve-up-old3" not in finished, left
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        entries = [entry.decode().partition("=") for entry in f.read().split(b"\0") if entry]
+    return {key: value for key, _, value in entries}
+
+
+def test_gpus_start_one_worker_per_gpu_each_seeing_only_its_own() -> None:
+    # Synthetic workers ignore the device, so the launch itself is checked on a machine without GPUs.
+    cluster = LocalCluster(
+        workers=5, model="synthetic", checkpoint=None, port=0, policy="round_robin", threads=None,
+        gpu_ids=["3", "GPU-5b3c7a52-1111-2222-3333-444455556666"],
+    )  # fmt: skip
+    try:
+        assert cluster.start()
+        workers = [child for child in cluster.children if child.name.startswith("worker")]
+        assert [child.name for child in workers] == ["worker-0", "worker-1"]
+        seen = [_environ(child.process.pid)["CUDA_VISIBLE_DEVICES"] for child in workers]
+        assert seen == ["3", "GPU-5b3c7a52-1111-2222-3333-444455556666"]
+        assert all("--device cuda:0" in _cmdline(child.process.pid) for child in workers)
+        reply = httpx.get(f"http://127.0.0.1:{cluster.port}/v1/cluster").json()
+        assert [b["state"] for b in reply["backends"]] == ["ready", "ready"]
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "all"], "no NVIDIA GPU is visible"),
+        (["--gpus", "0", "--workers", "2"], "leave out --workers"),
+    ],
+)
+def test_up_refuses_gpus_it_cannot_start_on(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "depthserve", "up", "--port", str(free_port()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "COLUMNS": "200"},  # no GPU, whatever the machine has
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -57,6 +57,25 @@ SKIPPED = {
     "depthserve worker --host 0.0.0.0 --model vitl14 --checkpoint model.pt --discovery redis://redis-host:6379 "
     "--advertise gpu-a:50051": "a GPU machine with the published weights, and a host redis-host",
     "depthserve gateway --host 0.0.0.0 --port 8000 --discovery redis://redis-host:6379": "a host redis-host",
+    "depthserve worker --host 0.0.0.0 --model vitl14 --checkpoint model.pt --discovery "
+    "etcd://etcd-host:2379/depthserve --advertise gpu-a:50051": (
+        "a GPU machine with the published weights, and a host etcd-host"
+    ),
+    "depthserve gateway --host 0.0.0.0 --port 8000 --discovery etcd://etcd-host:2379/depthserve": "a host etcd-host",
+    "scripts/up --model synthetic --autoscale 1:4 --port 8100": (
+        "a second cluster that runs until Ctrl-C; tests/test_local_scaling.py runs it under a load step"
+    ),
+    "docker build -f deploy/docker/Dockerfile.cuda -t registry.example.com/depthserve:0.1.0-cuda .": (
+        "no container runtime here; tests/deploy/test_docker.py runs every build step"
+    ),
+    "docker push registry.example.com/depthserve:0.1.0-cuda": "a container registry",
+    "kubectl create namespace depthserve": "a Kubernetes cluster; tests/deploy/ validates the manifests offline",
+    "kubectl -n depthserve create secret generic depthserve-api-keys --from-literal=api-keys=client:plain:CHANGE-ME": (
+        "a Kubernetes cluster"
+    ),
+    "kubectl apply -k deploy/kubernetes/overlays/gpu": "a Kubernetes cluster with GPUs",
+    "kubectl -n depthserve rollout status deployment/depthserve-worker": "a Kubernetes cluster",
+    "kubectl -n depthserve port-forward service/depthserve-gateway 8000:8000": "a Kubernetes cluster",
     "scripts/up --model vitl14 --checkpoint robbyant/lingbot-depth-pretrain-vitl-14": (
         "the published weights, and port 8000 is the README's tiny cluster (the download runs, from a stand-in hub)"
     ),

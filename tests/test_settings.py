@@ -28,3 +28,18 @@ def test_bad_values_are_refused_clearly(tmp_path: Path) -> None:
     config.write_text("queue_limt: 3\n")
     with pytest.raises(ValidationError, match="queue_limt"):
         load_settings(WorkerSettings, config)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:", "CUDA:0", "cuda:0,1"])
+def test_devices_torch_cannot_name_are_refused(device: str) -> None:
+    with pytest.raises(ValidationError, match="device"):
+        load_settings(WorkerSettings, None, device=device)
+
+
+def test_devices_torch_names_are_accepted() -> None:
+    assert [load_settings(WorkerSettings, None, device=d).device for d in ("auto", "cpu", "cuda", "cuda:3")] == [
+        "auto",
+        "cpu",
+        "cuda",
+        "cuda:3",
+    ]

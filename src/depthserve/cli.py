@@ -128,7 +128,10 @@ def gateway(config: ConfigOpt = None, **flags: Any) -> None:
 
 @app.command()
 def up(
-    workers: Annotated[int, typer.Option(help="number of workers", min=1)] = 2,
+    workers: Annotated[int | None, typer.Option(help="number of workers [2]", min=1)] = None,
+    gpus: Annotated[
+        str | None, typer.Option(help="one worker per GPU: all, or CUDA indices such as 0,1 (not with --workers)")
+    ] = None,
     model: Annotated[str, typer.Option(help="tiny | vitl14 | synthetic")] = "tiny",
     checkpoint: Annotated[str | None, typer.Option(help="vitl14: model.pt, .safetensors or downloaded repo")] = None,
     port: Annotated[int, typer.Option(help="gateway HTTP port")] = 8000,
@@ -138,12 +141,22 @@ def up(
     log_format: Annotated[str | None, typer.Option(help="gateway and worker logs: text | json [text]")] = None,
     log_level: LogLevelOpt = None,
     grpc_port: Annotated[int | None, typer.Option(help="also serve OIP gRPC (tritonclient) on this port")] = None,
+    autoscale: Annotated[
+        str | None, typer.Option(help="MIN:MAX: add and drain workers as the gateway's scaling signal asks")
+    ] = None,
+    discovery: Annotated[
+        str | None, typer.Option(help="registry workers join and the gateway follows: redis://... or etcd://...")
+    ] = None,
 ) -> None:
     """Start a local cluster (gateway + N workers) and stop all of it on Ctrl-C or SIGTERM."""
     import os
 
-    from depthserve.local_cluster import LocalCluster
+    from depthserve.local_cluster import LocalCluster, scaling_options
 
+    try:
+        bounds = scaling_options(autoscale, discovery)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     for component in ("GATEWAY", "WORKER"):  # the children read their settings from the environment too
         if log_format is not None:
             os.environ[f"DEPTHSERVE_{component}_LOG_FORMAT"] = log_format
@@ -157,9 +170,18 @@ def up(
         check_free("127.0.0.1", grpc_port, "--grpc-port")
     if grpc_port is not None:
         os.environ["DEPTHSERVE_GATEWAY_GRPC_PORT"] = str(grpc_port)
+    gpu_ids = None if gpus is None else _chosen_gpus(gpus, workers)
     checkpoint = _located_checkpoint(checkpoint)
     cluster = LocalCluster(
-        workers=workers, model=model, checkpoint=checkpoint, port=port, policy=policy, threads=threads
+        workers=workers or 2,
+        model=model,
+        checkpoint=checkpoint,
+        port=port,
+        policy=policy,
+        threads=threads,
+        discovery=discovery,
+        autoscale=bounds,
+        gpu_ids=gpu_ids,
     )
     raise typer.Exit(cluster.run())
 
@@ -246,6 +268,21 @@ def weights_download(
         raise typer.Exit(1) from None
     typer.echo(str(path))
     typer.echo(f"serve it with: --model vitl14 --checkpoint {settings.repo} (up or worker)", err=True)
+
+
+def _chosen_gpus(spec: str, workers: int | None) -> list[str]:
+    """The GPUs `--gpus` names, as NVML ids a worker's CUDA_VISIBLE_DEVICES can hold (no torch import)."""
+    import os
+
+    from depthserve.telemetry.gpus import parse_gpus, physical_gpu_count, visible_gpu_ids
+
+    if workers is not None:
+        raise typer.BadParameter("--gpus starts one worker per GPU; leave out --workers", param_hint="--gpus")
+    visible = visible_gpu_ids(os.environ, physical_gpu_count())
+    try:
+        return [visible[index] for index in parse_gpus(spec, len(visible))]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--gpus") from None
 
 
 def _located_checkpoint(checkpoint: str | None) -> str | None:

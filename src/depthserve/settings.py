@@ -80,8 +80,25 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
     model: Literal["tiny", "vitl14", "synthetic"] = Field("tiny", description="which network to run")
     name: str = Field(DEFAULT_MODEL_NAME, description="model name clients and the gateway ask for")
     checkpoint: str | None = Field(None, description="model.pt / .safetensors path or HF repo id (vitl14)")
-    device: str = Field("auto", description="torch device: auto picks cuda when present, else cpu")
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device: auto picks cuda when present, else cpu"
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's own choice)")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="compute precision (autocast); auto: on a GPU the fastest within precision_tolerance of fp32, "
+        "checked at warm-up on a fixed input; on a CPU fp32",
+    )
+    precision_tolerance: float = Field(
+        0.02, gt=0, description="bound on the p99 relative depth difference from fp32 that auto accepts (0.02 = 2%)"
+    )
+    pipeline_depth: int | None = Field(
+        None,
+        ge=1,
+        le=4,
+        description="batches in flight on the device: the next is copied in while one computes (default 2 on a GPU, "
+        "1 on a CPU)",
+    )
     queue_limit: int = Field(64, ge=1, description="requests waiting for the device before RESOURCE_EXHAUSTED")
     max_batch_size: int = Field(
         1, ge=1, le=1024, description="most requests run as one batch (1 = no batching; 8-16 suit a GPU)"
@@ -126,7 +143,9 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
         None, ge=0, le=65535, description="HTTP port serving Prometheus /metrics (0 picks a free one; unset = off)"
     )
     version: str = Field("1", description="model version this worker serves, as registered for gateways")
-    discovery: str | None = Field(None, description="registry to join after warm-up: redis://HOST:PORT[/DB]")
+    discovery: str | None = Field(
+        None, description="registry to join after warm-up: redis://HOST:PORT[/DB] or etcd://HOST:PORT[/PREFIX]"
+    )
     advertise: str | None = Field(
         None, description="HOST[:PORT] gateways should dial (default: bound host, or the address facing the registry)"
     )
@@ -283,15 +302,35 @@ class GatewaySettings(BaseSettings, LogFields, JobFields):
     hedge_min_ms: float = Field(5.0, ge=0, description="never hedge sooner than this")
     ewma_alpha: float = Field(0.3, gt=0, le=1, description="weight of the newest sample in latency EWMA")
     discovery: list[str] = Field(
-        default_factory=list, description="more backend sources: redis://HOST:PORT, file:///PATH.yaml, dns://NAME:PORT"
+        default_factory=list,
+        description="more backend sources: redis://HOST:PORT, etcd://HOST:PORT/PREFIX, file:///PATH.yaml, dns://NAME:PORT",
     )
-    discovery_poll_s: float = Field(1.0, gt=0, description="how often file, Redis and DNS sources are read")
+    discovery_poll_s: float = Field(
+        1.0, gt=0, description="how often file, Redis and DNS sources are read (etcd is watched, not polled)"
+    )
     versions: dict[str, VersionRouteConfig] = Field(
         default_factory=dict, description="per model: version split and header routing (hot-reloaded from --config)"
     )
     version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
     config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
     job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
+    scale_min_workers: int = Field(1, ge=0, description="autoscaling signal: fewest workers a model pool is given")
+    scale_max_workers: int = Field(64, ge=1, description="autoscaling signal: most workers a model pool is given")
+    scale_target_utilization: float = Field(
+        0.7, gt=0, le=1, description="autoscaling signal: busy share each worker should run at"
+    )
+    scale_tolerance: float = Field(
+        0.1, ge=0, lt=1, description="autoscaling signal: demand within this share of the workers changes nothing"
+    )
+    scale_pending_threshold: int | None = Field(
+        None, ge=0, description="autoscaling signal: more requests waiting than this asks one worker more [off]"
+    )
+    scale_down_window_s: float = Field(
+        60.0, ge=0, description="autoscaling signal: a pool shrinks only after wanting fewer workers this long"
+    )
+    scale_rate_window_s: float = Field(
+        5.0, gt=0, description="autoscaling signal: window of the measured completion rate, s"
+    )
 
     @field_validator("backends", "discovery", mode="before")
     @classmethod

@@ -64,7 +64,7 @@ async def test_source_reads_specs_and_skips_bad_entries(url: str) -> None:
 
 
 async def test_registration_heartbeats_then_leaves(url: str) -> None:
-    registration = Registration(url, entry("w9", "10.0.0.9:50051"), ttl_s=0.3)
+    registration = Registration(RedisRegistry(url), entry("w9", "10.0.0.9:50051"), ttl_s=0.3)
     reader = RedisRegistry(url)
     try:
         await registration.start()

@@ -78,3 +78,19 @@ def test_predict_from_threads_matches_serial(tiny: LingBotDepth) -> None:
         threaded = list(pool.map(lambda i: predict(tiny, i.image, i.depth, i.intrinsics, apply_mask=False), items))
     for one, two in zip(serial, threaded, strict=True):
         np.testing.assert_array_equal(one["depth"], two["depth"])
+
+
+def test_precision_runs_the_network_under_autocast_close_to_fp32(tiny: LingBotDepth) -> None:
+    item = _item(5)
+    full = predict(tiny, item.image, item.depth, apply_mask=False, precision="fp32")
+    np.testing.assert_array_equal(full["depth"], predict(tiny, item.image, item.depth, apply_mask=False)["depth"])
+    for precision in ("bf16", "fp16"):
+        low = predict(tiny, item.image, item.depth, apply_mask=False, precision=precision)
+        assert low["depth"].dtype == np.float32  # outputs are float32 whatever the compute precision
+        relative = np.abs(low["depth"] - full["depth"]) / full["depth"]
+        assert 0 < relative.max() < 0.05, precision  # really computed in lower precision, and close
+
+
+def test_an_unknown_precision_is_refused(tiny: LingBotDepth) -> None:
+    with pytest.raises(ValueError, match="precision must be one of"):
+        predict(tiny, _item(6).image, precision="int8")

@@ -7,8 +7,11 @@ import logging
 
 import pytest
 
-from depthserve.telemetry.accelerator import AcceleratorSample, CachedProbe, probe_for, read_process
+from depthserve.telemetry.accelerator import AcceleratorSample, CachedProbe, NvmlReader, probe_for, read_process
+from depthserve.testing.fake_nvml import FakeGpu, FakeNvml
 from depthserve.testing.fakes import FakeClock
+
+UUID = "GPU-5b3c7a52-1111-2222-3333-444455556666"
 
 
 def test_process_probe_reports_resident_memory_against_physical() -> None:
@@ -69,3 +72,51 @@ def test_a_probe_that_never_worked_reports_unknown_figures() -> None:
         raise OSError("no device")
 
     assert CachedProbe(read).sample() == AcceleratorSample(None, 0, 0, None)
+
+
+def test_nvml_reader_converts_nvml_units_and_reads_memory_as_nvidia_smi() -> None:
+    gpu = FakeGpu(UUID, util_percent=87, memory_used=40 * 2**30, temperature_c=61, power_mw=512_345, sm_clock_mhz=1980)
+    sample = NvmlReader(UUID, FakeNvml([FakeGpu("GPU-other"), gpu]))()
+    assert sample.util == 0.87 and sample.device == "cuda"
+    assert sample.mem_used == 40 * 2**30  # v2 `used`: without the driver's reservation, as nvidia-smi shows it
+    assert sample.mem_total == gpu.memory_total
+    assert sample.temp_c == 61.0 and sample.power_w == pytest.approx(512.345) and sample.sm_clock_mhz == 1980.0
+
+
+def test_an_old_driver_without_memory_v2_gives_v1_figures() -> None:
+    gpu = FakeGpu(UUID, memory_used=2**30, memory_reserved=2**29)
+    assert NvmlReader(UUID, FakeNvml([gpu], memory_v2=False))().mem_used == 2**30 + 2**29
+
+
+def test_readings_a_board_lacks_are_unknown_not_zero() -> None:
+    sample = NvmlReader("0", FakeNvml([FakeGpu(UUID, power_mw=None, sm_clock_mhz=None)]))()
+    assert sample.power_w is None and sample.sm_clock_mhz is None and sample.util == 0.0
+
+
+def test_a_lost_gpu_keeps_the_last_reading_in_the_probe() -> None:
+    gpu = FakeGpu(UUID, util_percent=50)
+    clock = FakeClock()
+    probe = CachedProbe(NvmlReader(UUID, FakeNvml([gpu])), interval_s=0.5, clock=clock)
+    first = probe.sample()
+    gpu.lost = True
+    clock.advance(1.0)
+    assert probe.sample() == first
+    gpu.lost, gpu.util_percent = False, 75
+    clock.advance(1.0)
+    assert probe.sample().util == 0.75
+
+
+def test_cuda_n_reads_the_gpu_cuda_calls_n(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml(
+        [FakeGpu("GPU-a", util_percent=10), FakeGpu("GPU-b", util_percent=20), FakeGpu(UUID, util_percent=30)]
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert probe_for("cuda:0", nvml=nvml).sample().util == 0.30
+    assert probe_for("cuda:1", nvml=nvml).sample().util == 0.10
+    assert probe_for("cuda", gpu_id="GPU-b", nvml=nvml).sample().util == 0.20  # the runner's UUID wins
+
+
+def test_a_cuda_device_nvml_cannot_open_falls_back_to_process_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert probe_for("cuda:1", nvml=FakeNvml()).sample().device == "cpu"  # only one GPU visible
+    assert probe_for("cuda:0", nvml=FakeNvml(driver=False)).sample().device == "cpu"

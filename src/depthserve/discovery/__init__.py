@@ -1,1 +1,2 @@
-"""Where backends come from: a static list, a YAML file, a Redis registry, DNS; combinable behind one interface."""
+"""Where backends come from: a static list, a YAML file, a Redis or etcd registry, DNS; combinable behind one
+interface."""

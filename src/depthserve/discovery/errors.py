@@ -1,11 +1,13 @@
-"""The one boundary where Redis, DNS, YAML and socket errors become DiscoveryError."""
+"""The one boundary where Redis, etcd, DNS, YAML and socket errors become DiscoveryError."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import aetcd.exceptions
 import dns.exception
+import grpc
 import redis.exceptions
 import yaml
 
@@ -21,7 +23,15 @@ def foreign_errors(what: str) -> Iterator[None]:
         yield
     except DiscoveryError:
         raise
-    except (redis.exceptions.RedisError, dns.exception.DNSException, yaml.YAMLError, OSError, ValueError) as exc:
+    except (
+        redis.exceptions.RedisError,
+        aetcd.exceptions.ClientError,
+        grpc.RpcError,  # aetcd passes some through untranslated (a refresh on a dropped stream)
+        dns.exception.DNSException,
+        yaml.YAMLError,
+        OSError,
+        ValueError,
+    ) as exc:
         raise DiscoveryError(f"{what}: {type(exc).__name__}: {exc}") from exc
     except TimeoutError as exc:
         raise DiscoveryError(f"{what}: timed out") from exc

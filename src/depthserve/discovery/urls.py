@@ -1,4 +1,4 @@
-"""Turn `--discovery` URLs into sources: `redis://`, `file://`, `dns://`."""
+"""Turn `--discovery` URLs into sources: `redis://`, `etcd://`, `file://`, `dns://`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from depthserve.discovery.dns_source import DnsSource, parse_dns_url
+from depthserve.discovery.etcd_registry import parse_etcd_url
+from depthserve.discovery.etcd_source import EtcdSource
 from depthserve.discovery.file_source import FileSource
 from depthserve.discovery.redis_registry import RedisSource, split_url
 from depthserve.discovery.source import DiscoverySource
 
-SCHEMES = ("redis", "rediss", "file", "dns")
+SCHEMES = ("redis", "rediss", "etcd", "file", "dns")
 
 
 def file_path(url: str) -> Path:
@@ -26,6 +28,8 @@ def check_url(url: str) -> str:
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss"):
         split_url(url)
+    elif scheme == "etcd":
+        parse_etcd_url(url)
     elif scheme == "file":
         file_path(url)
     elif scheme == "dns":
@@ -42,4 +46,6 @@ def make_source(url: str, poll_s: float = 1.0, default_auto: bool = False) -> Di
         return FileSource(file_path(url), poll_s, default_auto)
     if scheme == "dns":
         return DnsSource(url, poll_s, default_auto)
+    if scheme == "etcd":
+        return EtcdSource(url, default_auto)  # watched: poll_s does not apply
     return RedisSource(url, poll_s, default_auto)

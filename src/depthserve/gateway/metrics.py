@@ -30,6 +30,7 @@ from depthserve.gateway.edge.buffer_limits import buffer_metrics
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.upstream.backend_health import DRAINING, EJECTED, LEAVING, READY, UNHEALTHY, WARMING
 from depthserve.gateway.upstream.pool import BackendPool
+from depthserve.gateway.upstream.scaling_signal import ScalingSignals
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.buckets import LATENCY_BOUNDS_S, BucketCounts
 from depthserve.telemetry.build_info import BuildInfo
@@ -64,6 +65,7 @@ class GatewayCollector(Collector):
         yield from self._dispatcher()
         yield from self._backends()
         yield from self._jobs()
+        yield from self._scaling()
 
     def _edge(self) -> Iterator[Metric]:
         edge = self._m.edge
@@ -201,6 +203,31 @@ class GatewayCollector(Collector):
             "depthserve_gateway_jobs_oldest_age_seconds", "Age of the oldest queued async job (0 when none).", age
         )
 
+    def _scaling(self) -> Iterator[Metric]:
+        m = ["model"]
+        desired = GaugeMetricFamily(
+            "depthserve_gateway_desired_workers",
+            "Workers the model pool should run: the scaling rule, stabilised (scale down after the quiet window).",
+            labels=m,
+        )
+        demand = GaugeMetricFamily(
+            "depthserve_gateway_scaling_demand_workers",
+            "Workers this gateway's traffic keeps busy at the target utilisation, unrounded (sum over gateways).",
+            labels=m,
+        )
+        serving = GaugeMetricFamily(
+            "depthserve_gateway_serving_workers", "Workers of the model pool taking traffic now.", labels=m
+        )
+        waiting = GaugeMetricFamily(
+            "depthserve_gateway_pool_waiting", "Requests of the model waiting in the gateway for a slot.", labels=m
+        )
+        for reading in self._m.scaling.evaluate():
+            desired.add_metric([reading.model], reading.desired)
+            demand.add_metric([reading.model], reading.demand)
+            serving.add_metric([reading.model], reading.load.workers)
+            waiting.add_metric([reading.model], reading.load.waiting)
+        yield from (desired, demand, serving, waiting)
+
 
 class GatewayMetrics:
     """The gateway's registry (one per app, so apps in one process never collide) and its hot-path metrics."""
@@ -229,6 +256,7 @@ class GatewayMetrics:
         self.known_models = {settings.model, *settings.policies, *settings.model_limits}
         self.jobs: tuple[int, float | None] = (0, None)
         self.jobs_source: JobsSource | None = None
+        self.scaling = ScalingSignals(settings, pool, edge.admission.model_waiting)  # /metrics and /v1/cluster
         pool.removal_listeners.append(self.forget_backend)
         self.registry.register(GatewayCollector(self))
         self.registry.register(BuildInfo("gateway"))

@@ -70,11 +70,18 @@ class RGBDVisionTransformer(nn.Module):
             raise RuntimeError(f"position grid {tuple(grid.shape[-2:])} != {(rows, cols)}")
         return torch.cat([pos[:, :1], grid.permute(0, 2, 3, 1).reshape(1, rows * cols, -1)], dim=1)
 
-    def forward(self, image: Tensor, depth: Tensor | None = None, keep: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        image: Tensor,
+        depth: Tensor | None = None,
+        keep: Tensor | None = None,
+        kept: tuple[int, int] | None = None,
+    ) -> Tensor:
         """Encode a normalised image [B,3,14r,14c] and optional log-depth [B,1,14r,14c].
 
-        `keep` [B,r*c] bool selects the depth tokens to feed (None keeps them all). Returns the
-        final-normed cls and RGB tokens [B,1+r*c,D]; depth tokens only act through attention.
+        `keep` [B,r*c] bool selects the depth tokens to feed (None keeps them all); `kept`, the fewest and
+        most any sample keeps when the caller knows them, spares reading them back from the device. Returns
+        the final-normed cls and RGB tokens [B,1+r*c,D]; depth tokens only act through attention.
         """
         dtype = self.patch_embed.proj.weight.dtype
         batch = image.shape[0]
@@ -85,7 +92,7 @@ class RGBDVisionTransformer(nn.Module):
         parts, key_mask = [cls, rgb], None
         if depth is not None:
             tokens = self.depth_patch_embed(depth.to(dtype)) + pos[:, 1:] + DEPTH_OFFSET
-            tokens, depth_mask = select_tokens(tokens, keep)
+            tokens, depth_mask = select_tokens(tokens, keep, kept)
             parts.append(tokens)
             if depth_mask is not None:
                 head = torch.ones(batch, 1 + rows * cols, dtype=torch.bool, device=image.device)
@@ -96,16 +103,22 @@ class RGBDVisionTransformer(nn.Module):
         return self.norm(x[:, : 1 + rows * cols])
 
 
-def select_tokens(tokens: Tensor, keep: Tensor | None) -> tuple[Tensor, Tensor | None]:
+def select_tokens(
+    tokens: Tensor, keep: Tensor | None, kept: tuple[int, int] | None = None
+) -> tuple[Tensor, Tensor | None]:
     """Pack each sample's kept tokens to the front in row-major order, padding to the longest.
 
     Returns the packed tokens [B,K,D] and a [B,K] mask of real (non-padding) entries, or None
     when every sample keeps the same number, so equal-length batches attend without a mask.
+    `kept` (fewest, most kept) given by the caller avoids a device-to-host read of the counts.
     """
     if keep is None:
         return tokens, None
     counts = keep.sum(dim=1)
-    low, high = (int(v) for v in torch.stack([counts.min(), counts.max()]).tolist())
+    if kept is None:
+        low, high = (int(v) for v in torch.stack([counts.min(), counts.max()]).tolist())
+    else:
+        low, high = kept
     if high == tokens.shape[1] and low == high:
         return tokens, None
     # A stable sort of "dropped" flags brings kept indices first without reordering them.

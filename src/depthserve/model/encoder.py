@@ -57,11 +57,15 @@ class RGBDEncoder(nn.Module):
         rows: int,
         cols: int,
         enable_depth_mask: bool = True,
+        keep: Tensor | None = None,
+        kept: tuple[int, int] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Encode image [B,3,H,W] in [0,1] and depth [B,H,W] in metres (None: no depth tokens).
 
         Returns features [B,C,rows,cols] and cls [B,D]. With `enable_depth_mask` depth tokens
-        whose patch holds no valid pixel are dropped, as the reference does by default.
+        whose patch holds no valid pixel are dropped, as the reference does by default; `keep`
+        [B,rows*cols] and `kept` (fewest, most kept), computed on the host (model.token_keep),
+        replace that test so nothing is read back from the device.
         """
         patch = self.backbone.patch_size
         size = (rows * patch, cols * patch)
@@ -70,8 +74,9 @@ class RGBDEncoder(nn.Module):
         log_depth = keep = None
         if depth is not None:
             log_depth = preprocess_depth(depth, size)
-            keep = depth_token_keep(log_depth, patch) if enable_depth_mask else None
-        tokens = self.backbone(pixels, log_depth, keep)
+            if keep is None and enable_depth_mask:
+                keep = depth_token_keep(log_depth, patch)
+        tokens = self.backbone(pixels, log_depth, keep if enable_depth_mask else None, kept)
         cls = tokens[:, 0]
         grid = tokens[:, 1:].transpose(1, 2).reshape(tokens.shape[0], -1, rows, cols)
         return self.output_projections[0](grid), cls

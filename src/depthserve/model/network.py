@@ -75,15 +75,18 @@ class LingBotDepth(nn.Module):
         num_tokens: int,
         depth: Tensor | None = None,
         enable_depth_mask: bool = True,
+        keep: Tensor | None = None,
+        kept: tuple[int, int] | None = None,
     ) -> dict[str, Tensor]:
         """Run the network on image [B,3,H,W] in [0,1] and raw depth [B,H,W] in metres.
 
         `depth=None` is the monocular mode (the same as an all-zero map, without the work).
+        `keep`/`kept`: the depth tokens to keep, from the host (see RGBDEncoder.forward).
         Returns `depth_reg` [B,H,W] in metres and `mask` [B,H,W], a validity probability.
         """
         batch, _, height, width = image.shape
         rows, cols = token_grid(height, width, num_tokens)
-        features, cls = self.encoder(image, depth, rows, cols, enable_depth_mask)
+        features, cls = self.encoder(image, depth, rows, cols, enable_depth_mask, keep, kept)
         features = features + cls[:, :, None, None].to(features.dtype)
         levels: list[Tensor] = []
         for level in range(len(self.neck.input_blocks)):
@@ -111,6 +114,7 @@ class LingBotDepth(nn.Module):
         resolution_level: int = 9,
         num_tokens: int | None = None,
         apply_mask: bool = True,
+        precision: str | None = None,
     ) -> dict[str, Tensor]:
         """Predict metric depth for one sample [3,H,W] or a batch [B,3,H,W]; see `inference.infer`."""
-        return infer(self, image, depth, intrinsics, resolution_level, num_tokens, apply_mask)
+        return infer(self, image, depth, intrinsics, resolution_level, num_tokens, apply_mask, precision)

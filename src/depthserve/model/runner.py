@@ -23,10 +23,11 @@ def predict(
     resolution_level: int = 9,
     num_tokens: int | None = None,
     apply_mask: bool = True,
+    precision: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Run one request: `depth` float32 HxW, `mask` bool HxW, `points` float32 HxWx3 with intrinsics."""
     item = PredictItem(image, depth, intrinsics)
-    return predict_batch(model, [item], resolution_level, num_tokens, apply_mask)[0]
+    return predict_batch(model, [item], resolution_level, num_tokens, apply_mask, precision)[0]
 
 
 def predict_batch(
@@ -35,6 +36,7 @@ def predict_batch(
     resolution_level: int = 9,
     num_tokens: int | None = None,
     apply_mask: bool = True,
+    precision: str | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """Run same-sized requests as one batch; each result equals what `predict` would return."""
     check_options(resolution_level, num_tokens)
@@ -57,7 +59,7 @@ def predict_batch(
     if any(has_k):
         stacked = [_PLACEHOLDER_K if i.intrinsics is None else i.intrinsics for i in checked]
         intrinsics = torch.from_numpy(np.stack(stacked))
-    out = model.infer(images, depth, intrinsics, int(resolution_level), num_tokens, apply_mask)
+    out = model.infer(images, depth, intrinsics, int(resolution_level), num_tokens, apply_mask, precision)
     arrays = {key: value.cpu().numpy() for key, value in out.items()}
     results = []
     for index, wants_points in enumerate(has_k):

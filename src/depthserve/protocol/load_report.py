@@ -19,13 +19,16 @@ class LoadReport:
     max_batch: int = 1
     slots: int = 0  # requests the worker runs at once (batch size x concurrent batches); 0 = unknown
     batch_size: int = 0  # items in the most recent batch (running or last run); 0 = none yet
-    gpu_util: float = 0.0
+    gpu_util: float = 0.0  # NVML's utilisation on a GPU, else the worker's busy fraction
+    busy: float = 0.0  # the worker's own busy fraction (device held by a batch) over its window
     # What the memory and temperature describe: "cuda" (NVML), "cpu" (the process's resident memory
     # of physical memory, the hottest thermal zone) or "synthetic" (emulated); "" = unknown.
     device: str = ""
     mem_used: int = 0  # bytes
     mem_total: int = 0  # bytes; 0 = unknown
     temp_c: float | None = None  # degrees C; None = no sensor
+    power_w: float | None = None  # board power draw, watts (NVML); None = not measured
+    sm_clock_mhz: float | None = None  # SM clock, MHz (NVML); None = not measured
     capacity_rps: float = 0.0  # requests the worker completes per busy second, measured; 0.0 = unknown
     ts: float = 0.0  # the worker's wall clock when it wrote the report
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from depthserve.telemetry.gpus import open_handle, physical_gpu_count, visible_gpu_ids
+
 log = logging.getLogger("depthserve.telemetry")
 
 
@@ -26,6 +28,8 @@ class AcceleratorSample:
     mem_total: int
     temp_c: float | None  # None = no sensor
     device: str = ""  # what was read: "cuda", "cpu" or "synthetic"
+    power_w: float | None = None  # board power draw; None = not measured
+    sm_clock_mhz: float | None = None  # streaming-multiprocessor clock; None = not measured
 
 
 class AcceleratorProbe(Protocol):
@@ -95,29 +99,77 @@ def read_process() -> AcceleratorSample:
 
 
 class NvmlReader:
-    """Reads one GPU through NVML (`nvidia-ml-py`); raises at construction when no GPU or library is present."""
+    """Reads one GPU through NVML (`nvidia-ml-py`, or `nvml` given for tests); raises when none can be opened.
 
-    def __init__(self, index: int) -> None:
-        import pynvml
+    `gpu_id` is an NVML index or UUID (see telemetry.gpus). Memory is read with NVML's v2 call where the
+    driver has it, whose `used` leaves out the driver's reservation, as `nvidia-smi` reports it.
+    """
 
-        pynvml.nvmlInit()
-        self._nvml: Any = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    def __init__(self, gpu_id: str = "0", nvml: Any = None) -> None:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        nvml.nvmlInit()
+        self._nvml: Any = nvml
+        self._handle = open_handle(nvml, gpu_id)
+        self.name = _text(nvml.nvmlDeviceGetName(self._handle))
+        self._memory_v2 = True
 
     def __call__(self) -> AcceleratorSample:
+        nvml, handle = self._nvml, self._handle
+        util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        used, total = self._memory()
+        temp = float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        power_mw = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
+        clock = self._optional(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        return AcceleratorSample(
+            util,
+            used,
+            total,
+            temp,
+            device="cuda",
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            sm_clock_mhz=None if clock is None else float(clock),
+        )
+
+    def _memory(self) -> tuple[int, int]:
         nvml = self._nvml
-        util = nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu / 100.0
+        if self._memory_v2:
+            try:
+                memory = nvml.nvmlDeviceGetMemoryInfo(self._handle, version=nvml.nvmlMemory_v2)
+                return int(memory.used), int(memory.total)
+            except (nvml.NVMLError, AttributeError, TypeError):
+                self._memory_v2 = False  # an older driver or library: the v1 figures from now on
         memory = nvml.nvmlDeviceGetMemoryInfo(self._handle)
-        temp = float(nvml.nvmlDeviceGetTemperature(self._handle, nvml.NVML_TEMPERATURE_GPU))
-        return AcceleratorSample(util, int(memory.used), int(memory.total), temp, device="cuda")
+        return int(memory.used), int(memory.total)
 
-
-def probe_for(device: str) -> AcceleratorProbe:
-    """Choose the probe for a torch device string: NVML for cuda[:N] when it works, else the process probe."""
-    if device.startswith("cuda"):
-        index = int(device.split(":")[1]) if ":" in device else 0
+    def _optional(self, read: Callable[..., Any], *args: Any) -> float | None:
+        """A reading some boards lack (power on many, clocks under MIG): None when NVML says not supported."""
         try:
-            return CachedProbe(NvmlReader(index))
-        except Exception:  # noqa: BLE001 - no NVML library or driver: fall back to honest process figures
-            pass
+            return float(read(*args))
+        except self._nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == self._nvml.NVML_ERROR_NOT_SUPPORTED:
+                return None
+            raise
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def probe_for(device: str, gpu_id: str | None = None, nvml: Any = None) -> AcceleratorProbe:
+    """Choose the probe for a torch device string: NVML for cuda[:N] when it works, else the process probe.
+
+    `gpu_id` names the GPU for NVML (the runner passes the device's UUID from torch); without it, cuda:N is
+    mapped through CUDA_VISIBLE_DEVICES to the GPU CUDA calls N.
+    """
+    if device.startswith("cuda"):
+        try:
+            if gpu_id is None:
+                index = int(device.split(":")[1]) if ":" in device else 0
+                gpu_id = visible_gpu_ids(os.environ, physical_gpu_count(nvml))[index]
+            return CachedProbe(NvmlReader(gpu_id, nvml))
+        except Exception:  # noqa: BLE001 - no NVML library, driver or such GPU: fall back to honest process figures
+            log.warning("no NVML reading for %s; reporting process figures", device, exc_info=True)
     return CachedProbe(read_process)

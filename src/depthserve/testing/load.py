@@ -10,6 +10,7 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -23,6 +24,8 @@ class LoadStats:
     sent: int = 0
     ok: int = 0
     by_status: Counter[int] = field(default_factory=Counter)
+    by_reason: Counter[str] = field(default_factory=Counter)  # refusals by "STATUS reason" (JSON error body)
+    unclear: int = 0  # refusals without a JSON reason, or 503s without Retry-After: not a clear answer
     transport_errors: int = 0
     mixed_up: int = 0  # replies carrying another request's id: would mean a reply went to the wrong caller
     latencies_ms: list[float] = field(default_factory=list)
@@ -57,14 +60,18 @@ def client_pool(count: int, timeout_s: float, distinct_sources: bool = True) -> 
 async def open_loop(
     url: str,
     body: bytes,
-    rate: float,
+    rate: float | Callable[[float], float],
     duration_s: float,
     clients: int = 16,
     timeout_s: float = 30.0,
     seed: int = 0,
     content_type: str = "image/png",
 ) -> LoadStats:
-    """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning."""
+    """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning.
+
+    `rate` may be a function of the seconds since the start (a load step), read at each arrival.
+    """
+    rate_at = rate if callable(rate) else (lambda _t, r=float(rate): r)
     rng = random.Random(seed)
     stats = LoadStats()
     pool = client_pool(clients, timeout_s)
@@ -86,6 +93,13 @@ async def open_loop(
             stats.backends[reply.headers.get("x-backend", "?")] += 1
         else:
             stats.by_status[reply.status_code] += 1
+            try:
+                reason = str(reply.json().get("reason", ""))
+            except ValueError:
+                reason = ""
+            stats.by_reason[f"{reply.status_code} {reason}"] += 1
+            if not reason or (reply.status_code == 503 and "retry-after" not in reply.headers):
+                stats.unclear += 1
 
     tasks = []
     start = time.perf_counter()
@@ -97,7 +111,7 @@ async def open_loop(
                 await asyncio.sleep(delay)
             stats.sent += 1
             tasks.append(asyncio.create_task(one(pool[stats.sent % clients], f"load-{seed}-{stats.sent}")))
-            next_at += rng.expovariate(rate)
+            next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
         stats.duration_s = time.perf_counter() - start
         await asyncio.gather(*tasks)
     finally:

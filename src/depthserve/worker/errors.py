@@ -8,6 +8,7 @@ import grpc
 
 from depthserve.codec import CodecError, ReplyTooLarge
 from depthserve.protocol.tensors import TensorError
+from depthserve.worker.batch_budget import OutOfDeviceMemory
 from depthserve.worker.decode import BadRequest
 from depthserve.worker.device_queue import QueueFull
 from depthserve.worker.memory_guard import MemoryFull
@@ -62,7 +63,7 @@ def _status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.OUT_OF_RANGE, str(exc)
     if isinstance(exc, CLIENT_ERRORS):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, (QueueFull, MemoryFull)):
+    if isinstance(exc, (QueueFull, MemoryFull, OutOfDeviceMemory)):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, ModelNotFound):
         return grpc.StatusCode.NOT_FOUND, str(exc)

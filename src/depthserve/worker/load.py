@@ -22,6 +22,7 @@ class LoadReporter:
         """Snapshot queue depth, running work, batch sizes, utilisation, memory, temperature and capacity."""
         sample = self.probe.sample()
         batcher, device = self._batcher, self._device
+        busy = device.utilisation()
         return LoadReport(
             queue=batcher.waiting,
             queue_limit=batcher.queue_limit,
@@ -29,11 +30,14 @@ class LoadReporter:
             max_batch=batcher.max_batch,
             slots=batcher.max_batch * device.slots,
             batch_size=batcher.last_batch_size,
-            gpu_util=device.utilisation() if sample.util is None else sample.util,
+            gpu_util=busy if sample.util is None else sample.util,
+            busy=busy,
             device=sample.device,
             mem_used=sample.mem_used,
             mem_total=sample.mem_total,
             temp_c=sample.temp_c,
+            power_w=sample.power_w,
+            sm_clock_mhz=sample.sm_clock_mhz,
             capacity_rps=device.capacity_rps(),
             ts=time.time(),
         )

@@ -8,7 +8,7 @@ the gateway receives in trailing metadata.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -32,7 +32,9 @@ class WorkerCollector(Collector):
         batcher: Batcher,
         device: DeviceQueue,
         reporter: LoadReporter,
+        precision: Callable[[], str] = lambda: "",
     ) -> None:
+        self._precision = precision
         self._settings = settings
         self._state = state
         self._batcher = batcher
@@ -43,10 +45,15 @@ class WorkerCollector(Collector):
         """Yield every worker family."""
         state, batcher = self._state, self._batcher
         info = GaugeMetricFamily(
-            "depthserve_worker_info", "Always 1; labels say which model this worker serves.", labels=["model", "name"]
+            "depthserve_worker_info",
+            "Always 1; labels say which model this worker serves, and its compute precision once loaded.",
+            labels=["model", "name", "precision"],
         )
-        info.add_metric([self._settings.model, self._settings.name], 1.0)
+        info.add_metric([self._settings.model, self._settings.name, self._precision()], 1.0)
         yield info
+        yield GaugeMetricFamily(
+            "depthserve_worker_warmup_seconds", "Time the warm-up inferences took after loading.", state.warmup_s
+        )
         yield GaugeMetricFamily(
             "depthserve_worker_ready", "1 once the model is loaded and warmed up (0 while warming).", float(state.ready)
         )
@@ -112,6 +119,21 @@ class WorkerCollector(Collector):
             math.nan if load.temp_c is None else load.temp_c,
         )
         yield GaugeMetricFamily(
+            "depthserve_worker_gpu_power_watts",
+            "Accelerator board power draw from NVML (NaN = not measured, as on a CPU).",
+            math.nan if load.power_w is None else load.power_w,
+        )
+        yield GaugeMetricFamily(
+            "depthserve_worker_gpu_sm_clock_hertz",
+            "Accelerator SM clock from NVML (NaN = not measured, as on a CPU).",
+            math.nan if load.sm_clock_mhz is None else load.sm_clock_mhz * 1e6,
+        )
+        yield GaugeMetricFamily(
+            "depthserve_worker_busy_ratio",
+            "Share of the last window the worker held its device with a batch (compare with NVML utilisation).",
+            load.busy,
+        )
+        yield GaugeMetricFamily(
             "depthserve_worker_capacity_requests_per_second",
             "Requests per busy second the device sustained recently (0 = unknown).",
             load.capacity_rps,
@@ -119,11 +141,16 @@ class WorkerCollector(Collector):
 
 
 def worker_registry(
-    settings: WorkerSettings, state: WorkerState, batcher: Batcher, device: DeviceQueue, reporter: LoadReporter
+    settings: WorkerSettings,
+    state: WorkerState,
+    batcher: Batcher,
+    device: DeviceQueue,
+    reporter: LoadReporter,
+    precision: Callable[[], str] = lambda: "",
 ) -> CollectorRegistry:
     """Build the worker's own registry: its collector, build info and process CPU/memory."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(WorkerCollector(settings, state, batcher, device, reporter))
+    registry.register(WorkerCollector(settings, state, batcher, device, reporter, precision))
     registry.register(BuildInfo("worker"))
     ProcessCollector(registry=registry)
     return registry

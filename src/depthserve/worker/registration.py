@@ -1,7 +1,8 @@
 """A worker's side of the registry: join after warm-up, renew by heartbeat, leave first when draining.
 
-Only a Redis registry is written by the worker; file and DNS sources are kept by whoever runs the
-cluster (an operator, Kubernetes), so with those the worker has nothing to do.
+Only registries (Redis: a key with a TTL; etcd: a key under a lease) are written by the worker; file
+and DNS sources are kept by whoever runs the cluster (an operator, Kubernetes), so with those the
+worker has nothing to do.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import ipaddress
 import logging
 import os
 import socket
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from depthserve.discovery.errors import DiscoveryError
+from depthserve.discovery.etcd_registry import EtcdRegistry
 from depthserve.discovery.redis_registry import RedisRegistry, split_url
 from depthserve.settings import WorkerSettings
 
@@ -77,11 +80,38 @@ def worker_entry(settings: WorkerSettings, address: str, hardware: str = "") -> 
     }
 
 
-class Registration:
-    """Keeps one worker's entry alive in a Redis registry while it serves."""
+class Registry(Protocol):
+    """What a worker needs of a registry; every failure is a DiscoveryError."""
 
-    def __init__(self, url: str, entry: dict[str, Any], ttl_s: float) -> None:
-        self.registry = RedisRegistry(url)
+    url: str
+    host: str
+    port: int
+
+    async def register(self, entry: Mapping[str, Any], ttl_s: float) -> None:
+        """Write the entry, or renew it, so that it lives `ttl_s` more."""
+        ...
+
+    async def deregister(self, worker_id: str) -> None:
+        """Delete the entry at once."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def registry_for(url: str) -> Registry:
+    """The registry a `--discovery` URL names: redis:// (key with a TTL) or etcd:// (key under a lease)."""
+    if urlsplit(url).scheme == "etcd":
+        return EtcdRegistry(url)
+    return RedisRegistry(url)
+
+
+class Registration:
+    """Keeps one worker's entry alive in a registry while it serves."""
+
+    def __init__(self, registry: Registry, entry: dict[str, Any], ttl_s: float) -> None:
+        self.registry = registry
         self.entry = entry
         self.ttl_s = ttl_s
         self.heartbeats = 0  # successful writes, since start
@@ -128,7 +158,7 @@ class Registration:
 
 
 def registration_for(settings: WorkerSettings, port: int, hardware: str = "") -> Registration | None:
-    """The registration a worker's `--discovery` asks for: Redis registers; file and DNS need none."""
+    """The registration a worker's `--discovery` asks for: Redis and etcd register; file and DNS need none."""
     url = settings.discovery
     if not url:
         return None
@@ -136,6 +166,8 @@ def registration_for(settings: WorkerSettings, port: int, hardware: str = "") ->
     if scheme in ("file", "dns"):
         log.info("discovery %s is kept outside depthserve; this worker does not register itself", scheme)
         return None
-    parts = urlsplit(split_url(url)[0])  # validates the URL
-    address = advertised_address(settings, port, (parts.hostname or "", parts.port or 6379))
-    return Registration(url, worker_entry(settings, address, hardware), settings.registry_ttl_s)
+    if scheme != "etcd":
+        split_url(url)  # validates a Redis URL before anything connects
+    registry = registry_for(url)
+    address = advertised_address(settings, port, (registry.host, registry.port))
+    return Registration(registry, worker_entry(settings, address, hardware), settings.registry_ttl_s)

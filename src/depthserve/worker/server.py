@@ -98,9 +98,13 @@ class Worker:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
         self.registration: Registration | None = None
-        registry = worker_registry(settings, self.state, self.batcher, self.device, self.reporter)
+        registry = worker_registry(settings, self.state, self.batcher, self.device, self.reporter, self._precision)
         port = settings.metrics_port
         self.metrics = None if port is None else MetricsServer(registry, settings.host, port)
+
+    def _precision(self) -> str:
+        """The runner's compute precision once it is loaded and warm, for /metrics ("" before)."""
+        return self.runner.precision if self.state.ready else ""
 
     async def start(self) -> None:
         """Bind and start serving (not ready yet), then load and warm the model."""
@@ -118,8 +122,12 @@ class Worker:
         started = time.monotonic()
         log.info("loading model %s", self.settings.model)
         await asyncio.to_thread(self.runner.load)
+        loaded = time.monotonic()
+        # A pipelined runner keeps a batch staged while one computes: the batcher may start one more.
+        self.device.slots = max(self.device.slots, self.runner.pipeline_depth)
         self.reporter.probe = self.memory.probe = self.runner.probe(self.device)
         await warm_up(self.runner, self.settings.warmup_requests, self.settings.warmup_levels)
+        self.state.warmup_s = time.monotonic() - loaded
         gc.freeze()  # the model and what warm-up built stay for good: keep them out of every full collection
         self.state.ready = True
         for service in ("", OIP_SERVICE, self.settings.name):
@@ -131,13 +139,14 @@ class Worker:
         if self.registration is not None:
             await self.registration.start()  # join the registry only once warm
         log.info(
-            "depthserve worker ready on %s:%d (model %s, max batch %d %s, %.1fs)",
+            "depthserve worker ready on %s:%d (model %s, max batch %d %s, %.1fs of which warm-up %.1fs)",
             self.settings.host,
             self.port,
             self.settings.model,
             self.settings.max_batch_size,
             self.settings.batching,
             time.monotonic() - started,
+            self.state.warmup_s,
         )
 
     async def stop(self) -> None:

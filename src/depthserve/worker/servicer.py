@@ -42,6 +42,7 @@ class WorkerState:
     computed: int = 0  # requests that reached the device (an expired one dropped in the queue never does)
     refused_not_ready: int = 0  # requests that arrived before the model was loaded and warm
     last_request_at: float = 0.0  # event-loop time of the newest ModelInfer, to tell when gateways stopped
+    warmup_s: float = 0.0  # seconds the warm-up inferences took, after loading
     request_seconds: BucketCounts = field(default_factory=BucketCounts)  # successful ModelInfer times, for metrics
 
     def count_computed(self, items: int) -> None:

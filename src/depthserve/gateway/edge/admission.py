@@ -80,6 +80,10 @@ class AdmissionController:
         """Slots held by one model's requests."""
         return self._model_in_flight[model]
 
+    def model_waiting(self, model: str) -> int:
+        """Requests of one model queued for a slot."""
+        return self._room.waiting_for(model)
+
     def admit(
         self, model: str, deadline: float, priority: str = "normal", client: str = ""
     ) -> AbstractAsyncContextManager[None]:

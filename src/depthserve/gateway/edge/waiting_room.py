@@ -52,6 +52,10 @@ class WaitingRoom:
         """Waiters of one client, all priorities."""
         return self._per_client.get(client, 0)
 
+    def waiting_for(self, model: str) -> int:
+        """Waiters of one model, all priorities (the autoscaling signal's queue)."""
+        return self._per_model.get(model, 0)
+
     def clients(self) -> int:
         """Clients with at least one waiter."""
         return len(self._per_client)

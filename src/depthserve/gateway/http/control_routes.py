@@ -70,6 +70,7 @@ async def cluster(request: Request) -> Response:
             "waiting_for_backend": state.pool.slots.waiting,
             "versions": state.pool.routes.describe(),
             "backends": state.pool.describe(),
+            "scaling": state.metrics.scaling.describe(),
             "jobs": await job_stats(state),
         }
     )

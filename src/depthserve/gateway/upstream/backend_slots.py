@@ -28,6 +28,10 @@ class SlotQueue:
         """Requests waiting now, all pools."""
         return sum(ticket.open for ticket, _ in self._waiters)
 
+    def waiting_for(self, key: str) -> int:
+        """Requests of one pool waiting now (the autoscaling signal's queue)."""
+        return sum(ticket.open and waiter_key == key for ticket, waiter_key in self._waiters)
+
     def has_waiters(self, key: str = "") -> bool:
         """Whether a request of this pool already waits, so a newcomer queues behind it instead of overtaking."""
         return any(ticket.open and waiter_key == key for ticket, waiter_key in self._waiters)

@@ -33,6 +33,8 @@ class Runner(Protocol):
 
     platform: str
     max_batch: int  # most items in one batch (the max_batch_size setting)
+    pipeline_depth: int  # batches it keeps in flight on the device (known after load)
+    precision: str  # what it computes in: fp32, bf16, fp16 (known after load), or "none" for no network
     cheap_prepare: bool  # True when prepare() only reads headers, so it runs on the loop, not in a thread
 
     def load(self) -> None:

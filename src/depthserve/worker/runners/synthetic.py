@@ -62,6 +62,8 @@ class SyntheticRunner:
 
     platform = "depthserve_synthetic"
     cheap_prepare = True
+    pipeline_depth = 1
+    precision = "none"
 
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
