@@ -128,21 +128,30 @@ def with_drained(ids: Sequence[str], table: Table, limit: int | None) -> tuple[s
     return (*ids, *(b.id for b in table.drained[:room]))
 
 
+def distinct_draws(rng: random.Random, count: int, wanted: int) -> list[int]:
+    """`wanted` distinct indices below `count`, uniformly, in draw order.
+
+    From a large pool they are drawn with repeats and the repeats dropped, several times cheaper than
+    `Random.sample`; from a small one (where repeats would be common) `Random.sample` draws them.
+    """
+    if wanted * 4 > count:
+        return rng.sample(range(count), min(wanted, count))
+    draw = rng.random
+    chosen = dict.fromkeys(int(draw() * count) for _ in range(wanted))
+    while len(chosen) < wanted:
+        chosen[int(draw() * count)] = None
+    return list(chosen)
+
+
 def scan_or_sample(rng: random.Random, count: int, limit: int | None) -> Sequence[int]:
     """Indices a cost-ranking policy looks at: every one for a small pool or a full order, else a random sample.
 
     A sample of FULL_SCAN keeps a pick's cost flat as the pool grows (the best of a few random choices is
-    nearly as good as the best of all: Mitzenmacher's power of d choices). Drawn with repeats and deduplicated,
-    which is several times cheaper than `Random.sample` and differs from it only in rare repeats.
+    nearly as good as the best of all: Mitzenmacher's power of d choices).
     """
     if limit is None or count <= FULL_SCAN:
         return range(count)
-    wanted = max(FULL_SCAN, limit)
-    draw = rng.random
-    chosen = dict.fromkeys(int(draw() * count) for _ in range(wanted))
-    while len(chosen) < limit:
-        chosen[int(draw() * count)] = None
-    return list(chosen)
+    return distinct_draws(rng, count, max(FULL_SCAN, limit))
 
 
 def _finite(value: float) -> float | None:

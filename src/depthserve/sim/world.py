@@ -84,7 +84,7 @@ class World:
         """Change the workers as the event says."""
         now = loop.time()
         if event.action == "join":
-            entry = FleetEntry(kind=event.kind or "A100", count=event.count or 1, speed=None, memory_gb=None, weight=None)
+            entry = FleetEntry.model_validate({"kind": event.kind or "A100", "count": event.count or 1})
             for worker in self._create(entry, entry.count, ready_at=now + event.warmup_s):
                 join(worker)
             self.log.append(f"{now:.1f}s join {entry.count} x {entry.kind}")

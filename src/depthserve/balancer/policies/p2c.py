@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, count_for, fill_worst, outstanding, with_drained
+from depthserve.balancer.common import Options, count_for, distinct_draws, fill_worst, outstanding, with_drained
 from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 
@@ -65,14 +65,12 @@ class PowerOfTwoChoices:
             return ()
         choices = min(self._choice_count, count)
         wanted = count_for(limit, count)
-        sample = self._rng.sample(range(count), choices)
-        if wanted > choices:  # fallbacks beyond the choices: more random backends, or all of them
+        if limit is None:
+            sample = self._rng.sample(range(count), choices)
             taken = set(sample)
-            if limit is None or wanted * 2 > count:
-                rest = [i for i in range(count) if i not in taken]  # ranked below; ties keep the pool's order
-            else:
-                rest = [i for i in self._rng.sample(range(count), min(count, wanted * 2)) if i not in taken]
-            sample += rest[: wanted - choices]
+            sample += [i for i in range(count) if i not in taken]  # ranked below; ties keep the pool's order
+        else:  # the choices, then fallbacks drawn as more random backends: O(limit)
+            sample = distinct_draws(self._rng, count, max(choices, wanted))
         loads, unknown = self._loads([serving[i] for i in sample])
         weights, bias = table.weights, self._bias
         rank = [

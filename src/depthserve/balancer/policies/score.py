@@ -10,6 +10,7 @@ from depthserve.balancer.common import (
     Options,
     Rotation,
     count_for,
+    distinct_draws,
     exclude_overloaded,
     fill_median,
     fill_worst,
@@ -121,12 +122,15 @@ class Score:
         size = max(self._sample_size, limit or 0)
         if not self._sample_size or limit is None or count <= size:
             return table
-        return Table([table.serving[i] for i in self._rng.sample(range(count), size)])
+        return Table([table.serving[i] for i in distinct_draws(self._rng, count, size)])
 
     def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
         """Leave out overloaded backends, score the rest and sort."""
         pool = self._candidates(snapshot.table, limit)
         kept = exclude_overloaded(pool.backends, self._max_temp_c, self._max_mem_fraction)
+        if pool is not snapshot.table and len(kept) < min(limit or 0, len(pool.backends)):
+            pool = snapshot.table  # the sample was mostly overloaded: score them all rather than offer fewer
+            kept = exclude_overloaded(pool.backends, self._max_temp_c, self._max_mem_fraction)
         table = Table(kept) if len(kept) < len(pool.backends) else pool
         serving, weights = table.serving, table.weights
         count = len(serving)

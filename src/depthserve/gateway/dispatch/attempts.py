@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -37,6 +37,28 @@ class AttemptFailed(Exception):
     retriable: bool
     busy: bool = False
     slow: bool = False
+
+
+async def first_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future[Any]], until: float) -> None:
+    """Wait until one of `futures` is done or the loop's clock reaches `until` (asyncio.wait's FIRST_COMPLETED,
+    with one waiter and one timer and nothing else: it runs once per attempt of every request)."""
+    if any(future.done() for future in futures) or until <= loop.time():
+        return
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    timer = loop.call_at(until, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        for future in futures:
+            future.remove_done_callback(wake)
 
 
 def deadline_error(timeout_s: float) -> GatewayError:
@@ -67,7 +89,8 @@ class Attempts:
         self._next = 0
         self._pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}  # -> (address, is_retry)
         self._watch = dispatcher.stalls.watch()
-        self._stuck: set[str] = set()  # backends that stopped answering with an attempt of ours, not yet re-sent
+        # Backends that stopped answering with an attempt of ours, not yet re-sent (ordered: runs reproduce).
+        self._stuck: dict[str, None] = {}
         self._budget_wait: asyncio.Task[bool] | None = None
         self._hedge_at: float | None = None
         self._last: AttemptFailed | None = None
@@ -84,20 +107,16 @@ class Attempts:
                 woken, waited = self._watch.woken, self._budget_wait
                 helpers = [woken] if waited is None else [woken, waited]
                 wait_until = self._deadline if self._hedge_at is None else min(self._deadline, self._hedge_at)
-                done, _ = await asyncio.wait(
-                    [*self._pending, *helpers],
-                    timeout=max(0.0, wait_until - self._loop.time()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if woken in done:
-                    self._stuck.update(self._watch.take())
-                if waited is not None and waited in done:
+                await first_done(self._loop, [*self._pending, *helpers], wait_until)
+                if woken.done():
+                    self._stuck.update(dict.fromkeys(self._watch.take()))
+                if waited is not None and waited.done():
                     self._budget_wait = None
                     if waited.result():
                         self._use_slot()
                     else:
                         self._denied = True
-                for task in done - {woken, waited}:
+                for task in [task for task in self._pending if task.done()]:  # in launch order: reproducible
                     reply = self._settle(task)
                     if reply is not None:
                         return reply
@@ -161,7 +180,8 @@ class Attempts:
         """Whether another attempt is due: one for an attempt stuck on a stalled backend, or a retry."""
         if self._slow is not None or self._denied:
             return False
-        self._stuck &= {address for address, _ in self._pending.values()}
+        running = {address for address, _ in self._pending.values()}
+        self._stuck = {address: None for address in self._stuck if address in running}
         retry = not self._pending and self._last is not None and self._last.retriable
         return bool(self._stuck) or retry
 
@@ -185,7 +205,7 @@ class Attempts:
             self._budget.release()
             return
         if self._stuck:
-            self._stuck.pop()
+            del self._stuck[next(iter(self._stuck))]
             self._dispatcher.stalls.resent += 1
         self._launch(index)
         self._arm_hedge()  # a retry gets its own hedge moment

@@ -14,7 +14,7 @@ class StallWatch:
     """Per backend address, the requests with an attempt in flight there; one owner: the event loop."""
 
     def __init__(self) -> None:
-        self._watchers: dict[str, set[AttemptWatch]] = {}
+        self._watchers: dict[str, dict[AttemptWatch, None]] = {}  # insertion-ordered: wakes reproduce
         self.resent = 0  # second attempts sent because the first's backend stopped answering health checks
 
     def watch(self) -> AttemptWatch:
@@ -23,7 +23,7 @@ class StallWatch:
 
     def stalled(self, address: str) -> None:
         """Wake every request with an attempt on `address` (each is woken once per attempt)."""
-        for watcher in self._watchers.pop(address, set()):
+        for watcher in self._watchers.pop(address, {}):
             watcher.wake(address)
 
     def watching(self, address: str) -> int:
@@ -36,27 +36,27 @@ class AttemptWatch:
 
     def __init__(self, registry: StallWatch) -> None:
         self._registry = registry
-        self._addresses: set[str] = set()
+        self._addresses: dict[str, None] = {}
         self._stalled: list[str] = []
         self.woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def add(self, address: str) -> None:
         """Watch an attempt just sent to `address`."""
-        self._registry._watchers.setdefault(address, set()).add(self)
-        self._addresses.add(address)
+        self._registry._watchers.setdefault(address, {})[self] = None
+        self._addresses[address] = None
 
     def discard(self, address: str) -> None:
         """Stop watching `address` (its attempt ended)."""
-        self._addresses.discard(address)
+        self._addresses.pop(address, None)
         watchers = self._registry._watchers.get(address)
         if watchers is not None:
-            watchers.discard(self)
+            watchers.pop(self, None)
             if not watchers:
                 del self._registry._watchers[address]
 
     def wake(self, address: str) -> None:
         """Note that `address` stopped answering and resolve `woken`."""
-        self._addresses.discard(address)
+        self._addresses.pop(address, None)
         self._stalled.append(address)
         if not self.woken.done():
             self.woken.set_result(None)
