@@ -77,6 +77,8 @@ class SimWorker:
     busy_s: float = 0.0  # total busy time, for utilisation
     _busy_since: float | None = None
     _recent: deque[tuple[float, float, int]] = field(default_factory=deque)  # (end, duration, items), recent
+    _recent_busy: float = 0.0  # sums over _recent, kept as it changes: a report is O(1)
+    _recent_items: int = 0
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +121,8 @@ class SimWorker:
         self.busy_s += duration
         self._busy_since = None
         self._recent.append((now, duration, len(batch)))
+        self._recent_busy += duration
+        self._recent_items += len(batch)
         self.running = []
         if self.hung or self.dead or self.cut_off:
             return  # the replies never arrive; the gateway's timeouts deal with it
@@ -130,24 +134,29 @@ class SimWorker:
             _answer(batch, report)
         self._start(loop)
 
-    def utilisation(self, now: float) -> float:
-        """Busy fraction over the last UTIL_WINDOW_S."""
+    def _trim(self, now: float) -> None:
+        """Forget batches that ended before the utilisation window."""
         recent = self._recent
         while recent and recent[0][0] < now - UTIL_WINDOW_S:
-            recent.popleft()
-        busy = sum(duration for _, duration, _ in recent)
+            _, duration, items = recent.popleft()
+            self._recent_busy -= duration
+            self._recent_items -= items
+
+    def utilisation(self, now: float) -> float:
+        """Busy fraction over the last UTIL_WINDOW_S."""
+        self._trim(now)
+        busy = self._recent_busy
         if self._busy_since is not None:
             busy += now - self._busy_since
-        return min(1.0, busy / UTIL_WINDOW_S)
+        return min(1.0, max(0.0, busy) / UTIL_WINDOW_S)
 
     def report(self, now: float) -> LoadReport:
         """The load report on a reply, as a real worker writes it."""
         util = self.utilisation(now)
         total = int(self.kind.memory_gb * 2**30)
         used = int(total * (0.2 + 0.05 * min(len(self.running), 10)))
-        busy = sum(duration for _, duration, _ in self._recent)
-        items = sum(count for _, _, count in self._recent)
-        capacity = items / busy if busy > 0 else 0.0  # requests per busy second, as a real worker measures
+        busy, items = self._recent_busy, self._recent_items
+        capacity = items / busy if busy > 1e-9 else 0.0  # requests per busy second, as a real worker measures
         return LoadReport(
             queue=len(self.queue),
             queue_limit=self.queue_limit,

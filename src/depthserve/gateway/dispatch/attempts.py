@@ -13,12 +13,14 @@ request is answered 504 unless an attempt already in flight answers.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.upstream.stall_watch import AttemptWatch
 from depthserve.gateway.upstream.transport import InferRequest
 
 if TYPE_CHECKING:
@@ -39,10 +41,15 @@ class AttemptFailed(Exception):
     slow: bool = False
 
 
-async def first_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future[Any]], until: float) -> None:
-    """Wait until one of `futures` is done or the loop's clock reaches `until` (asyncio.wait's FIRST_COMPLETED,
-    with one waiter and one timer and nothing else: it runs once per attempt of every request)."""
-    if any(future.done() for future in futures) or until <= loop.time():
+async def first_done(
+    loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[Any]], until: float, watch: AttemptWatch
+) -> None:
+    """Wait until one of `futures` is done, a backend of the request stalls, or the clock reaches `until`.
+
+    asyncio.wait's FIRST_COMPLETED with one waiter, one timer and nothing else: it runs once per attempt of
+    every request.
+    """
+    if watch.stalled or until <= loop.time() or any(future.done() for future in futures):
         return
     waiter = loop.create_future()
 
@@ -53,12 +60,18 @@ async def first_done(loop: asyncio.AbstractEventLoop, futures: list[asyncio.Futu
     for future in futures:
         future.add_done_callback(wake)
     timer = loop.call_at(until, wake)
+    watch.notify = wake
     try:
         await waiter
     finally:
+        watch.notify = _nothing
         timer.cancel()
         for future in futures:
             future.remove_done_callback(wake)
+
+
+def _nothing() -> None:
+    """Nobody waits for a wake-up."""
 
 
 def deadline_error(timeout_s: float) -> GatewayError:
@@ -104,11 +117,11 @@ class Attempts:
             self._launch(0)
             self._arm_hedge()
             while self._pending or self._budget_wait is not None:
-                woken, waited = self._watch.woken, self._budget_wait
-                helpers = [woken] if waited is None else [woken, waited]
+                waited = self._budget_wait
+                waiting_on = [*self._pending] if waited is None else [*self._pending, waited]
                 wait_until = self._deadline if self._hedge_at is None else min(self._deadline, self._hedge_at)
-                await first_done(self._loop, [*self._pending, *helpers], wait_until)
-                if woken.done():
+                await first_done(self._loop, waiting_on, wait_until, self._watch)
+                if self._watch.stalled:
                     self._stuck.update(dict.fromkeys(self._watch.take()))
                 if waited is not None and waited.done():
                     self._budget_wait = None

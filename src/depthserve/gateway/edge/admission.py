@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from depthserve import handoff
 from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
@@ -96,7 +96,7 @@ class AdmissionController:
         """
         if priority not in RANK:
             raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(PRIORITIES)}")
-        return self._admission(model, deadline, priority, client)
+        return _Slot(self, model, deadline, priority, client)
 
     def retry_after(self) -> float:
         """Estimate seconds until a retry could be served: queue length over the recent release rate."""
@@ -109,17 +109,13 @@ class AdmissionController:
         backlog = len(self._room) + 1
         return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
 
-    @asynccontextmanager
-    async def _admission(self, model: str, deadline: float, priority: str, client: str) -> AsyncIterator[None]:
+    async def _enter(self, model: str, deadline: float, priority: str, client: str) -> None:
+        """Take a slot (waiting in the queue if need be), and count the wait."""
         asked = self._clock()
         with span("gateway.admission", model=model, priority=priority):
             await self._acquire(model, deadline, priority, client)
         self.admitted += 1
         self.wait_seconds.observe(self._clock() - asked)
-        try:
-            yield
-        finally:
-            self._release(model, client)
 
     async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> None:
         self._dispatch()  # a capacity that grew since the last release may let waiters in first
@@ -258,3 +254,22 @@ def _rate(times: Sequence[float]) -> float | None:
         return None
     span_s = times[-1] - times[0]
     return (len(times) - 1) / span_s if span_s > 0 else None
+
+
+class _Slot:
+    """One request's admission slot as an async context manager (a class: every request enters one)."""
+
+    __slots__ = ("_controller", "_model", "_deadline", "_priority", "_client")
+
+    def __init__(self, controller: AdmissionController, model: str, deadline: float, priority: str, client: str):
+        self._controller = controller
+        self._model = model
+        self._deadline = deadline
+        self._priority = priority
+        self._client = client
+
+    async def __aenter__(self) -> None:
+        await self._controller._enter(self._model, self._deadline, self._priority, self._client)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._controller._release(self._model, self._client)

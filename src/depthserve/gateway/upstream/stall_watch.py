@@ -7,7 +7,7 @@ woken and may send a second attempt elsewhere, while the first keeps running in 
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 
 
 class StallWatch:
@@ -32,13 +32,20 @@ class StallWatch:
 
 
 class AttemptWatch:
-    """One request's attempts; `woken` resolves when the backend of one of them stops answering."""
+    """One request's attempts; `notify` is called when the backend of one of them stops answering."""
+
+    __slots__ = ("_registry", "_addresses", "_stalled", "notify")
 
     def __init__(self, registry: StallWatch) -> None:
         self._registry = registry
         self._addresses: dict[str, None] = {}
         self._stalled: list[str] = []
-        self.woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.notify: Callable[[], None] = _nothing  # the request's wake-up, set while it waits
+
+    @property
+    def stalled(self) -> bool:
+        """Whether a backend of ours stopped answering since the last `take`."""
+        return bool(self._stalled)
 
     def add(self, address: str) -> None:
         """Watch an attempt just sent to `address`."""
@@ -55,19 +62,21 @@ class AttemptWatch:
                 del self._registry._watchers[address]
 
     def wake(self, address: str) -> None:
-        """Note that `address` stopped answering and resolve `woken`."""
+        """Note that `address` stopped answering and wake the request."""
         self._addresses.pop(address, None)
         self._stalled.append(address)
-        if not self.woken.done():
-            self.woken.set_result(None)
+        self.notify()
 
     def take(self) -> list[str]:
-        """Give the backends that stopped answering since the last take, and re-arm `woken`."""
+        """Give the backends that stopped answering since the last take."""
         stalled, self._stalled = self._stalled, []
-        self.woken = asyncio.get_running_loop().create_future()
         return stalled
 
     def close(self) -> None:
         """Stop watching everything (the request is over)."""
         for address in list(self._addresses):
             self.discard(address)
+
+
+def _nothing() -> None:
+    """No request is waiting to be woken."""
