@@ -12,6 +12,7 @@ import gc
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,22 +97,24 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     gc.freeze()  # the world and the gateway built so far live through the run
     world.schedule(loop, lambda worker: None if pool.add(world.spec(worker)) else None)
     stats = RunStats()
-    built = requests_for(scenario)
     clients = [f"10.{c // 65536}.{c // 256 % 256}.{c % 256}" for c in range(scenario.arrivals.clients)]
     sessions = scenario.arrivals.sessions
     headers = [{"x-session-id": f"s{c}"} if sessions else {} for c in range(len(clients))]
     slo_ms, warmup, timeout = scenario.slo_s * 1000.0, scenario.warmup_s, scenario.request_timeout_s
 
+    def reading(request: InferRequest) -> Callable[[UploadLease], Awaitable[InferRequest]]:
+        async def build(lease: UploadLease) -> InferRequest:
+            return request  # the body is in already: the simulator models workers, not uploads
+
+        return build
+
+    builds = [reading(request) for request in requests_for(scenario)]
+
     async def one(arrival: Arrival, number: int) -> None:
         counted = arrival.at >= warmup
-        request = built[arrival.mix]
-
-        async def build(lease: UploadLease) -> InferRequest:
-            return request
-
         try:
             await core.forwarder.forward(
-                MODEL, headers[arrival.client], clients[arrival.client], f"r{number}", timeout, build
+                MODEL, headers[arrival.client], clients[arrival.client], f"r{number}", timeout, builds[arrival.mix]
             )
         except GatewayError as error:
             stats.refused(arrival.at, f"{error.status} {error.reason}", counted)
@@ -119,16 +122,28 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
             stats.answered(arrival.at, (loop.time() - arrival.at) * 1000.0, slo_ms, counted)
 
     running: set[asyncio.Task[None]] = set()
-    wall = time.perf_counter()
-    for number, arrival in enumerate(arrivals(scenario, load)):
-        delay = arrival.at - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    source = enumerate(arrivals(scenario, load))
+    arrived = loop.create_future()
+
+    def start(number: int, arrival: Arrival) -> None:
+        """Send one request now, and put the next arrival on the clock (one timer per request, no sleeper)."""
         if arrival.at >= warmup:
             stats.sent += 1
         task = loop.create_task(one(arrival, number))
         running.add(task)
         task.add_done_callback(running.discard)
+        schedule_next()
+
+    def schedule_next() -> None:
+        following = next(source, None)
+        if following is None:
+            arrived.set_result(None)
+        else:
+            loop.call_at(following[1].at, start, *following)
+
+    wall = time.perf_counter()
+    schedule_next()
+    await arrived
     if running:
         await asyncio.wait(running)
     wall = time.perf_counter() - wall

@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, count_for, distinct_draws, fill_worst, outstanding, with_drained
+from depthserve.balancer.common import Options, count_for, distinct_draws, outstanding, with_drained
 from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 
@@ -49,12 +49,25 @@ class PowerOfTwoChoices:
         return cls(choice_count, bias, use_reports, seed)
 
     def _loads(self, sampled: Sequence[View]) -> tuple[list[float], list[bool]]:
-        in_flight = [float(max(b.in_flight, 0)) for b in sampled]
+        """Each sampled backend's load: in flight, or its reported outstanding when larger; unknown = worst known."""
         if not self._use_reports:
-            return in_flight, [False] * len(sampled)
-        reported = [outstanding(b.load) for b in sampled]
-        unknown = [r is None for r in reported]
-        return [max(f, r) for f, r in zip(in_flight, fill_worst(reported), strict=True)], unknown
+            return [float(max(b.in_flight, 0)) for b in sampled], [False] * len(sampled)
+        loads: list[float] = []
+        unknown: list[bool] = []
+        worst = 0.0
+        for backend in sampled:
+            in_flight = backend.in_flight
+            reported = outstanding(backend.load)
+            if reported is None:
+                unknown.append(True)
+                loads.append(float(in_flight if in_flight > 0 else 0))
+            else:
+                unknown.append(False)
+                worst = max(worst, reported)
+                loads.append(float(max(in_flight, 0, reported)))
+        if any(unknown):  # an unknown report counts as the busiest known one (of those sampled)
+            loads = [max(load, worst) if u else load for load, u in zip(loads, unknown, strict=True)]
+        return loads, unknown
 
     def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
         """Sample, choose the least loaded of the first `choice_count` samples, then list the fallbacks."""
@@ -73,12 +86,13 @@ class PowerOfTwoChoices:
             sample = distinct_draws(self._rng, count, max(choices, wanted))
         loads, unknown = self._loads([serving[i] for i in sample])
         weights, bias = table.weights, self._bias
-        rank = [
-            (-(weights[i] / (load + 1.0) if bias == 1.0 else weights[i] / (load + 1.0) ** bias), u)
-            for i, load, u in zip(sample, loads, unknown, strict=True)
-        ]
+        if bias == 1.0:
+            rank = [(-weights[i] / (load + 1.0), u) for i, load, u in zip(sample, loads, unknown, strict=True)]
+        else:
+            rank = [(-weights[i] / (load + 1.0) ** bias, u) for i, load, u in zip(sample, loads, unknown, strict=True)]
         best = choose(range(choices), rank)
-        others = sorted((j for j in range(choices) if j != best), key=rank.__getitem__)
-        rest = sorted(range(choices, len(sample)), key=rank.__getitem__)
-        ids = [serving[sample[j]].id for j in (best, *others, *rest)]
-        return with_drained(ids[:wanted], table, limit)
+        order = [best, *sorted((j for j in range(choices) if j != best), key=rank.__getitem__)]
+        if len(sample) > choices:
+            order += sorted(range(choices, len(sample)), key=rank.__getitem__)
+        ids = [serving[sample[j]].id for j in order[:wanted]]
+        return with_drained(ids, table, limit) if table.drained else tuple(ids)

@@ -176,7 +176,7 @@ class Dispatcher:
         call = self.pool.checkout(address)  # counted in flight now, so requests choosing in the same instant see it
         if call is None:  # discovery removed it or an operator drained it since the pick: fail at once, retriable
             return asyncio.ensure_future(self._gone(address))
-        task = asyncio.ensure_future(self._attempt(call, request, per_try, left, request_id))
+        task = asyncio.get_running_loop().create_task(self._attempt(call, request, per_try, left, request_id))
         task.add_done_callback(lambda _: call.abandoned())  # settles a task cancelled before it ran; else a no-op
         return task
 
