@@ -86,6 +86,7 @@ class VideoFields(BaseModel):
     video_max_body_mb: float = Field(
         1024.0, gt=0, description="largest video upload, MiB (spooled to a temporary file, not held in memory)"
     )
+    video_upload_timeout_s: float = Field(300.0, gt=0, description="longest a client may take to send a video (408)")
     video_max_frames: int = Field(10_000, ge=1, description="most frames decoded from one video, after stride (413)")
     video_max_seconds: float = Field(3600.0, gt=0, description="longest video accepted, seconds (413)")
     video_max_frame_pixels: int = Field(

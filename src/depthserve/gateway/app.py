@@ -20,6 +20,7 @@ from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.dispatch.forwarding import Forwarder
 from depthserve.gateway.dispatch.job_executor import gateway_executor
 from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.http.access import RouteAccess
 from depthserve.gateway.http.control_routes import cluster, drain, healthz, readyz, restricted
 from depthserve.gateway.http.dashboard import observability_routes
@@ -27,6 +28,7 @@ from depthserve.gateway.http.depth_route import DepthEndpoint
 from depthserve.gateway.http.error_boundary import ErrorBoundary, exception_handlers
 from depthserve.gateway.http.jobs_routes import job_routes
 from depthserve.gateway.http.openapi import openapi_document
+from depthserve.gateway.http.video_route import VideoEndpoint
 from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
 from depthserve.gateway.oip.grpc_service import start_grpc
 from depthserve.gateway.oip.rest import oip_routes
@@ -88,6 +90,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     dispatcher = Dispatcher(pool, settings, make_policy(settings.policy, settings.policy_options), policies)
     edge = Edge(settings, capacity=pool.concurrency)  # surplus waits in the gateway's fair queue
     forwarder = Forwarder(settings, dispatcher, edge)
+    videos = VideoShare(settings, pool.concurrency)  # videos at once, and their frames' share of admission
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)
     jobs = JobService.from_settings(settings, gateway_executor(dispatcher))
@@ -134,9 +137,17 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.metrics = metrics
     app.state.jobs = jobs
     app.state.oip = oip
+    app.state.videos = videos
     depth = DepthEndpoint(settings, forwarder)
-    app.state.fast_paths = {"/v1/depth": depth}  # for the OpenAPI document
-    return FastPath({"/v1/depth": RequestMetrics(ErrorBoundary(depth, "request"), metrics)}, app)
+    video = VideoEndpoint(settings, forwarder, videos)
+    app.state.fast_paths = {"/v1/depth": depth, "/v1/depth/video": video}  # for the OpenAPI document
+    return FastPath(
+        {
+            "/v1/depth": RequestMetrics(ErrorBoundary(depth, "request"), metrics),
+            "/v1/depth/video": RequestMetrics(ErrorBoundary(video, "video"), metrics),
+        },
+        app,
+    )
 
 
 def app_from_env() -> FastPath:

@@ -87,7 +87,7 @@ class FrameReader:
         except VideoError as error:
             self._hand_over(error)
         except av.error.FFmpegError as exc:
-            self._hand_over(corrupt(f"video data is corrupt: {exc}"))
+            self._hand_over(corrupt(f"video data is corrupt: {exc.strerror or type(exc).__name__}"))
         except Exception as exc:  # noqa: BLE001 - whatever FFmpeg or numpy raise ends this video, not the gateway
             self._hand_over(corrupt(f"video could not be decoded: {type(exc).__name__}: {exc}"))
         else:

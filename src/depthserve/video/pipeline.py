@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +94,7 @@ async def _one(requests: _Requests, infer: InferFrame, frame: Frame) -> FrameRes
 
 async def stream_video(
     job: VideoJob, infer: InferFrame, window: int, progress: Progress | None = None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The reply's bytes, in pieces, as frames finish in order; close it (aclosing) to stop early.
 
     The first piece carries the first frame's bytes (with the format's header), so a video that

@@ -95,7 +95,7 @@ def probe(path: Path, options: VideoOptions, limits: VideoLimits) -> VideoInfo:
     except VideoError:
         raise
     except av.error.FFmpegError as exc:
-        raise corrupt(f"not a readable video (truncated or corrupt): {exc}") from None
+        raise corrupt(f"not a readable video (truncated or corrupt): {exc.strerror or type(exc).__name__}") from None
     fps = _rate(stream)
     if count == 0:
         raise corrupt("the video stream holds no frames")
