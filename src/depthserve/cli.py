@@ -186,6 +186,16 @@ def gateway(
     job_visibility_timeout_s: JobVisibilityTimeoutSOpt = None,
     job_timeout_s: JobTimeoutSOpt = None,
     job_concurrency: Annotated[int | None, typer.Option(help="in-process broker: jobs run at once [4]")] = None,
+    video_max_active: Annotated[int | None, typer.Option(help="videos worked on at once [4]")] = None,
+    video_window: Annotated[int | None, typer.Option(help="frames of one video in flight [16]")] = None,
+    video_share: Annotated[
+        float | None, typer.Option(help="admission capacity all videos' frames may hold [0.75]")
+    ] = None,
+    video_max_body_mb: Annotated[float | None, typer.Option(help="largest video upload, MiB [1024]")] = None,
+    video_max_frames: Annotated[int | None, typer.Option(help="most frames of one video, after stride [10000]")] = None,
+    video_max_seconds: Annotated[float | None, typer.Option(help="longest video, s [3600]")] = None,
+    video_max_frame_pixels: Annotated[int | None, typer.Option(help="largest video frame, pixels [8300000]")] = None,
+    video_frame_timeout_s: Annotated[float | None, typer.Option(help="deadline of one video frame, s [60]")] = None,
     log_format: LogFormatOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:

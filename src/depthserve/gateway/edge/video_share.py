@@ -34,6 +34,10 @@ class VideoShare:
         self.refused = 0
         self._freed = asyncio.Condition()
 
+    def describe(self) -> dict[str, object]:
+        """Videos running, their frames in flight per model, and videos refused, for /v1/cluster."""
+        return {"active": self.active, "frames_in_flight": dict(self.frames), "refused": self.refused}
+
     @contextmanager
     def video(self) -> Iterator[None]:
         """Hold one of the video places for the body of `with`; 503 videos_full when none is free."""

@@ -71,6 +71,7 @@ async def cluster(request: Request) -> Response:
             "versions": state.pool.routes.describe(),
             "backends": state.pool.describe(),
             "jobs": await job_stats(state),
+            "videos": state.videos.describe() if hasattr(state, "videos") else None,
         }
     )
 
