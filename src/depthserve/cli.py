@@ -189,7 +189,7 @@ def gateway(
     video_max_active: Annotated[int | None, typer.Option(help="videos worked on at once [4]")] = None,
     video_window: Annotated[int | None, typer.Option(help="frames of one video in flight [16]")] = None,
     video_share: Annotated[
-        float | None, typer.Option(help="admission capacity all videos' frames may hold [0.75]")
+        float | None, typer.Option(help="admission capacity all videos' frames may hold [0.5]")
     ] = None,
     video_max_body_mb: Annotated[float | None, typer.Option(help="largest video upload, MiB [1024]")] = None,
     video_max_frames: Annotated[int | None, typer.Option(help="most frames of one video, after stride [10000]")] = None,

@@ -78,7 +78,7 @@ class VideoFields(BaseModel):
         16, ge=1, le=256, description="frames of one video in flight at once (decoded, at a worker, or being written)"
     )
     video_share: float = Field(
-        0.75,
+        0.5,
         gt=0,
         le=1,
         description="most of a model's admission capacity all videos' frames may hold, so images always find room",

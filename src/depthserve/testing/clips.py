@@ -41,6 +41,8 @@ def make_clip(
         assert isinstance(stream, av.VideoStream)
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuv420p" if codec not in ("ffv1", "png") else ("rgb24" if codec == "png" else "yuv444p")
+        if codec == "libx264":
+            stream.options = {"preset": "ultrafast"}  # long clips are made in seconds
         for index in range(frames):
             frame = av.VideoFrame.from_ndarray(clip_frame(index, height, width), format="rgb24")
             for packet in stream.encode(frame):
