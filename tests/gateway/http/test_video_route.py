@@ -155,3 +155,14 @@ def test_a_client_that_goes_away_cancels_the_frames_left(cluster: dict[str, Any]
     assert view["videos"]["active"] == 0 and view["admission"]["in_flight"] == 0
     assert view["admission"]["admitted"] - before < 50  # the frames left were never sent
     assert post(url, cluster["clip"], "?max_frames=2").status_code == 200
+
+
+def test_videos_have_their_own_route_label_and_stay_out_of_the_image_history(cluster: dict[str, Any]) -> None:
+    url = cluster["url"]
+    assert post(url, cluster["clip"], "?max_frames=3").status_code == 200
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    video = [line for line in metrics.splitlines() if line.startswith("depthserve_gateway_requests_total{")]
+    assert any('route="/v1/depth/video"' in line and 'code="200"' in line for line in video), video
+    assert not any('route="other"' in line for line in video), video
+    points = httpx.get(f"{url}/v1/cluster/history", params={"window_s": 300}, timeout=10).json()["points"]
+    assert all(point["qps"] == 0 for point in points)  # no image was sent: video latencies never enter it
