@@ -100,6 +100,9 @@ def worker(
     target_latency_ms: Annotated[float | None, typer.Option(help="adaptive: latency target, ms [100]")] = None,
     max_batch_pixels: Annotated[int | None, typer.Option(help="most pixels per batch [32000000]")] = None,
     max_concurrent_batches: Annotated[int | None, typer.Option(help="batches on the device at once [1]")] = None,
+    low_priority_delay_ms: Annotated[
+        float | None, typer.Option(help="low-priority requests (video frames) queue as if this much later [1000]")
+    ] = None,
     max_message_mb: Annotated[int | None, typer.Option(help="gRPC message limit, MiB [64]")] = None,
     max_pixels: Annotated[int | None, typer.Option(help="largest image, pixels [40000000]")] = None,
     warmup_requests: Annotated[int | None, typer.Option(help="warm-up inferences before ready [1]")] = None,

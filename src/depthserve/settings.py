@@ -125,6 +125,12 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
         32_000_000, ge=1, description="most image pixels in one batch, so large images run in smaller batches"
     )
     max_concurrent_batches: int = Field(1, ge=1, le=16, description="batches on the device at once")
+    low_priority_delay_ms: float = Field(
+        1000.0,
+        ge=0,
+        description="a low-priority request (OIP parameter priority >= 2: the gateway's video frames) is queued "
+        "as if it arrived this much later: requests arriving meanwhile go first, none waits forever",
+    )
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
     max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
     max_aspect_ratio: float = Field(

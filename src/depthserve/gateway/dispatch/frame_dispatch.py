@@ -1,7 +1,9 @@
 """One video frame's inference: the video share, low-priority admission, then the dispatcher (retries, hedging,
 deadline), as any request; a frame the gateway is too busy to admit waits and asks again.
 
-Images come first: a frame refused at the door or shed from the queue (503 queue_full, deadline,
+Images come first, in the gateway's admission and in the worker's queue (the frame's OIP `priority`
+parameter is LOW_PRIORITY, so a worker runs images queued within `low_priority_delay_ms` before it).
+A frame refused at the door or shed from the queue (503 queue_full, deadline,
 pool_full) is not a failed video but a frame that must wait its turn, so it asks again after a
 short pause, until its own deadline (`video_frame_timeout_s`) passes. Anything else (a frame no
 worker could serve after the dispatcher's retries, bad input) fails the video.
@@ -19,6 +21,7 @@ from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.errors import GatewayError
+from depthserve.protocol.depth_api import LOW_PRIORITY, set_priority
 from depthserve.video.decode import Frame
 from depthserve.video.pipeline import InferFrame
 
@@ -41,6 +44,7 @@ def frame_infer(
     clock = edge.clock
 
     async def infer(request: pb.ModelInferRequest, frame: Frame) -> pb.ModelInferResponse:
+        set_priority(request, LOW_PRIORITY)  # the worker's queue serves images first too, not only admission
         deadline = clock() + timeout_s
         pause = 0.02
         while True:
