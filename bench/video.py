@@ -11,7 +11,7 @@ Loopback, synthetic workers at 20 ms a frame (one worker serves 50 frames/s; `--
 - frame transport: the gateway's cost per 640x480 frame of sending raw UINT8 tensors (what it does) against
   encoding each frame (PNG, JPEG) first, and the bytes each puts on the wire.
 
-    python bench/video.py [--frames 300] [--duration 10] [--rate 30] [--markdown out.md]
+    python bench/video.py [--frames 300] [--duration 10] [--rate 30] [--parts images] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
 
 GATEWAY_FLAGS: list[str] = []  # --video-share, from the command line
+WORKER_FLAGS: list[str] = []  # --low-priority-delay-ms, from the command line
+PARTS = ("scaling", "images", "memory", "transport")
 
 
 def cluster(logs: Path, workers: int, synthetic_ms: float) -> tuple[Proc, str, list[Proc]]:
-    procs = [start_worker(logs, "--synthetic-ms", str(synthetic_ms), name=f"w{i}") for i in range(workers)]
+    procs = [
+        start_worker(logs, "--synthetic-ms", str(synthetic_ms), *WORKER_FLAGS, name=f"w{i}") for i in range(workers)
+    ]
     gateway, url = start_gateway(logs, [address for _, address in procs], *GATEWAY_FLAGS)
     return gateway, url, [proc for proc, _ in procs]
 
@@ -166,23 +170,36 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=30.0)
     parser.add_argument("--synthetic-ms", type=float, default=20.0)
     parser.add_argument("--video-share", type=float, help="the gateway's --video-share [its default]")
+    parser.add_argument(
+        "--low-priority-delay-ms", type=float, help="the workers' --low-priority-delay-ms (0: FIFO) [their default]"
+    )
     parser.add_argument("--skip-memory", action="store_true", help="leave out the 3,000-frame run")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which runs, comma-separated [{','.join(PARTS)}]")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if args.video_share is not None:
         GATEWAY_FLAGS.extend(["--video-share", str(args.video_share)])
+    if args.low_priority_delay_ms is not None:
+        WORKER_FLAGS.extend(["--low-priority-delay-ms", str(args.low_priority_delay_ms)])
+    parts = set(args.parts.split(","))
+    if args.skip_memory:
+        parts.discard("memory")
+    out = [f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""]
     with TemporaryDirectory() as folder:
         logs = Path(folder)
         clip = make_clip(logs / "qvga.mp4", args.frames, 320, 240, fps=30).read_bytes()
-        out = ["| workers | frames | seconds | fps | of linear |", "|---|---|---|---|---|"]
-        out += scaling(logs, clip, args.synthetic_ms)
-        out += ["", "| run | p50 ms | p99 ms | ok | failed |", "|---|---|---|---|---|"]
-        out += image_latency(logs, args.rate, args.duration, args.synthetic_ms, args.frames * 10)
-        if not args.skip_memory:
+        if "scaling" in parts:
+            out += ["| workers | frames | seconds | fps | of linear |", "|---|---|---|---|---|"]
+            out += scaling(logs, clip, args.synthetic_ms)
+        if "images" in parts:
+            out += ["", "| run | p50 ms | p99 ms | ok | failed |", "|---|---|---|---|---|"]
+            out += image_latency(logs, args.rate, args.duration, args.synthetic_ms, args.frames * 10)
+        if "memory" in parts:
             out += ["", "| video | streamed | took | gateway peak RSS before | after |", "|---|---|---|---|---|"]
             out += memory(logs)
-        out += ["", "| frame as | gateway ms per frame | request size |", "|---|---|---|"]
-        out += transport()
+        if "transport" in parts:
+            out += ["", "| frame as | gateway ms per frame | request size |", "|---|---|---|"]
+            out += transport()
     out.append(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     text = "\n".join(out)
     print(text)
