@@ -20,6 +20,10 @@ class Progress:
     def __post_init__(self) -> None:
         self.started_at = self.clock()
 
+    def restart(self) -> None:
+        """Count the pace from now (a job's frames start after it waited for a place)."""
+        self.started_at = self.clock()
+
     def frame_done(self) -> None:
         """One more frame written."""
         self.done += 1

@@ -51,3 +51,12 @@ async def test_the_video_route_says_what_it_takes_and_gives() -> None:
     assert {"application/zip", "application/x-npz", "video/mp4"} <= set(video["responses"]["200"]["content"])
     assert {p["name"] for p in video["parameters"]} >= {"stride", "max_frames", "format", "dtype", "resolution_level"}
     assert {"400", "413", "415", "503"} <= set(video["responses"])
+
+
+async def test_jobs_take_videos_and_their_status_shows_progress() -> None:
+    document = await fetch(create_app(GatewaySettings(backends=["127.0.0.1:1"])))
+    submit = document["paths"]["/v1/jobs"]["post"]
+    assert {"image/png", "video/mp4", "video/webm", "multipart/form-data"} <= set(submit["requestBody"]["content"])
+    assert {p["name"] for p in submit["parameters"]} >= {"stride", "max_frames", "format", "resolution_level"}
+    job = document["components"]["schemas"]["Job"]["properties"]
+    assert {"frames_done", "frames_total", "fps", "eta_s"} == set(job["progress"]["properties"])

@@ -33,6 +33,7 @@ class VideoShare:
         self.frames: Counter[str] = Counter()  # frames holding (or asking for) an admission slot, per model
         self.refused = 0
         self._freed = asyncio.Condition()
+        self._place_freed = asyncio.Event()
 
     def describe(self) -> dict[str, object]:
         """Videos running, their frames in flight per model, and videos refused, for /v1/cluster."""
@@ -54,6 +55,16 @@ class VideoShare:
             yield
         finally:
             self.active -= 1
+            self._place_freed.set()
+
+    @asynccontextmanager
+    async def queued_video(self) -> AsyncIterator[None]:
+        """Wait for a video place (a video job queues for one, where a request is refused), hold it for the body."""
+        while self.active >= self.max_active:
+            self._place_freed.clear()
+            await self._place_freed.wait()
+        with self.video():
+            yield
 
     def frame_cap(self, model: str) -> int:
         """Frames of all videos that may be in flight for `model` now."""

@@ -162,6 +162,44 @@ DETAILS[("/v1/depth/video", "post")] = {
         "406": {"description": "no output format for Accept", "content": {"application/json": {"schema": ERROR}}},
     },
 }
+_JOB_FORMATS = ["npy", "png", "preview", "ply", "zip", "npz", "mp4"]
+DETAILS[("/v1/jobs", "post")] = {
+    "summary": "Accept a depth request (an image, or a video) as an asynchronous job; answers at once with its id.",
+    "description": "A video body (a video content type, or multipart whose first part is `video`) makes a video "
+    "job: probed at once (400/413/415 here), run by this gateway frame by frame, its progress in the job's "
+    "status, its result in the format asked (zip, npz, mp4).",
+    "parameters": [
+        *(p for p in _QUERY if p["name"] not in ("X-Request-Timeout", "format")),
+        {"name": "format", "in": "query", "schema": {"type": "string", "enum": _JOB_FORMATS}},
+        *(p for p in _VIDEO_QUERY if p["name"] in ("stride", "max_frames", "dtype")),
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            **_UPLOAD["content"],  # type: ignore[dict-item]
+            **_VIDEO_UPLOAD["content"],  # type: ignore[dict-item]
+            "multipart/form-data": {
+                "schema": {
+                    "oneOf": [
+                        _UPLOAD["content"]["multipart/form-data"]["schema"],  # type: ignore[index]
+                        _VIDEO_UPLOAD["content"]["multipart/form-data"]["schema"],  # type: ignore[index]
+                    ]
+                }
+            },
+        },
+    },
+    "responses": DETAILS[("/v1/jobs", "post")]["responses"],
+}
+DETAILS[("/v1/jobs/{job_id}", "get")] = {
+    "summary": "Describe a job: state, attempts, timestamps, error; a video job's progress.",
+    "responses": {
+        "200": {
+            "description": "the job",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}},
+        },
+        **_ERRORS,
+    },
+}
 SCHEMAS = {
     "Error": {
         "type": "object",
@@ -172,6 +210,28 @@ SCHEMAS = {
         "type": "object",
         "required": ["id", "status_url"],
         "properties": {"id": {"type": "string"}, "status_url": {"type": "string"}},
+    },
+    "Job": {
+        "type": "object",
+        "required": ["id", "state", "kind"],
+        "properties": {
+            "id": {"type": "string"},
+            "state": {"type": "string", "enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+            "kind": {"type": "string", "enum": ["depth", "video"]},
+            "error": {"type": ["string", "null"]},
+            "result_url": {"type": "string"},
+            "content_type": {"type": "string"},
+            "progress": {
+                "type": "object",
+                "description": "video jobs, updated about once a second while they run",
+                "properties": {
+                    "frames_done": {"type": "integer"},
+                    "frames_total": {"type": "integer", "description": "known from the probe at submission"},
+                    "fps": {"type": ["number", "null"]},
+                    "eta_s": {"type": ["number", "null"]},
+                },
+            },
+        },
     },
 }
 _PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")
