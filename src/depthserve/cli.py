@@ -195,6 +195,9 @@ def gateway(
         float | None, typer.Option(help="admission capacity all videos' frames may hold [0.5]")
     ] = None,
     video_max_body_mb: Annotated[float | None, typer.Option(help="largest video upload, MiB [1024]")] = None,
+    video_max_disk_mb: Annotated[
+        float | None, typer.Option(help="video uploads on disk at once, requests and jobs, MiB [8192]")
+    ] = None,
     video_max_frames: Annotated[int | None, typer.Option(help="most frames of one video, after stride [10000]")] = None,
     video_max_seconds: Annotated[float | None, typer.Option(help="longest video, s [3600]")] = None,
     video_max_frame_pixels: Annotated[int | None, typer.Option(help="largest video frame, pixels [8300000]")] = None,

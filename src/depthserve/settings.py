@@ -86,6 +86,11 @@ class VideoFields(BaseModel):
     video_max_body_mb: float = Field(
         1024.0, gt=0, description="largest video upload, MiB (spooled to a temporary file, not held in memory)"
     )
+    video_max_disk_mb: float = Field(
+        8192.0,
+        gt=0,
+        description="video uploads on disk at once, requests and queued video jobs together, MiB (503 beyond)",
+    )
     video_upload_timeout_s: float = Field(300.0, gt=0, description="longest a client may take to send a video (408)")
     video_max_frames: int = Field(10_000, ge=1, description="most frames decoded from one video, after stride (413)")
     video_max_seconds: float = Field(3600.0, gt=0, description="longest video accepted, seconds (413)")
@@ -95,7 +100,9 @@ class VideoFields(BaseModel):
     video_frame_timeout_s: float = Field(
         60.0, gt=0, description="deadline of one frame, retries and waits for admission included"
     )
-    video_spool_dir: Path | None = Field(None, description="folder for video uploads while they are decoded [temp]")
+    video_spool_dir: Path | None = Field(
+        None, description="folder for video uploads while they are decoded or wait as jobs [temp]"
+    )
 
 
 class WorkerSettings(BaseSettings, LogFields, JobFields):

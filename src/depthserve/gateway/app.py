@@ -127,7 +127,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
             Route("/v1/cluster/{backend}/{action}", restricted(drain, RouteAccess.check_admin), methods=["POST"]),
             Route("/openapi.json", restricted(openapi_document, RouteAccess.check_health)),
             *observability_routes(),
-            *job_routes(settings, jobs, edge, VideoJobSubmission(settings, jobs, forwarder, video_jobs)),
+            *job_routes(settings, jobs, edge, VideoJobSubmission(settings, jobs, forwarder, videos, video_jobs)),
             *oip_routes(oip),
         ],
         middleware=[Middleware(RequestMetrics, metrics=metrics)],

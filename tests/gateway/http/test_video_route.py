@@ -7,6 +7,7 @@ import io
 import time
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import av
@@ -166,3 +167,27 @@ def test_videos_have_their_own_route_label_and_stay_out_of_the_image_history(clu
     assert not any('route="other"' in line for line in video), video
     points = httpx.get(f"{url}/v1/cluster/history", params={"window_s": 300}, timeout=10).json()["points"]
     assert all(point["qps"] == 0 for point in points)  # no image was sent: video latencies never enter it
+
+
+def test_uploads_past_the_disk_budget_get_503_and_give_their_bytes_back(tmp_path: Path) -> None:
+    worker, address = start_worker(tmp_path, name="disk")
+    gateway, url = start_gateway(tmp_path, [address], "--video-max-disk-mb", "0.05")  # about 52 KB
+    try:
+        clip = make_clip(tmp_path / "c.mp4", 10).read_bytes()
+        assert post(url, clip).status_code == 200  # fits
+        big = clip + b"\x00" * 60_000
+        declared = post(url, big)  # Content-Length says too much: refused before the body is read
+        assert (declared.status_code, declared.json()["reason"]) == (503, "video_disk_full")
+        assert "video_max_disk_mb" in declared.json()["error"] and declared.headers["retry-after"]
+        with httpx.Client(http1=False, http2=True, timeout=60) as client:
+            streamed = client.post(
+                f"{url}/v1/depth/video", content=iter([big[i : i + 8192] for i in range(0, len(big), 8192)]),
+                headers={"content-type": "video/mp4"},
+            )  # fmt: skip
+        assert (streamed.status_code, streamed.json()["reason"]) == (503, "video_disk_full")
+        videos = cluster_view(url)["videos"]
+        assert videos["disk_refused"] == 2 and videos["disk_mib"] == 0
+        assert post(url, clip).status_code == 200
+    finally:
+        gateway.stop()
+        worker.stop()

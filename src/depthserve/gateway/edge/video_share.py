@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from depthserve.gateway.edge.video_disk import VideoDisk
 from depthserve.gateway.errors import GatewayError
 from depthserve.settings import GatewaySettings
 
@@ -34,10 +35,12 @@ class VideoShare:
         self.refused = 0
         self._freed = asyncio.Condition()
         self._place_freed = asyncio.Event()
+        self.disk = VideoDisk(int(settings.video_max_disk_mb * 1024 * 1024), settings.video_spool_dir)
 
     def describe(self) -> dict[str, object]:
-        """Videos running, their frames in flight per model, and videos refused, for /v1/cluster."""
-        return {"active": self.active, "frames_in_flight": dict(self.frames), "refused": self.refused}
+        """Videos running, their frames in flight per model, videos refused, their uploads' disk, for /v1/cluster."""
+        described = {"active": self.active, "frames_in_flight": dict(self.frames), "refused": self.refused}
+        return described | self.disk.describe()
 
     @contextmanager
     def video(self) -> Iterator[None]:

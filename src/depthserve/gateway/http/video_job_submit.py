@@ -17,6 +17,7 @@ from starlette.types import Message, Receive, Scope
 
 from depthserve.gateway.dispatch.forwarding import Forwarder, within_upload_time
 from depthserve.gateway.dispatch.video_jobs import VideoJobs, VideoRun
+from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.http.video_route import MIB, gateway_error, probed
 from depthserve.gateway.http.video_upload import VIDEO_TYPES, read_video_upload
 from depthserve.jobs.model import Job
@@ -67,8 +68,11 @@ async def is_video_job(headers: Mapping[str, str], receive: Receive) -> tuple[bo
 class VideoJobSubmission:
     """Reads, probes and stores a video job, then hands it to this gateway's VideoJobs."""
 
-    def __init__(self, settings: GatewaySettings, jobs: JobService, forwarder: Forwarder, runner: VideoJobs) -> None:
+    def __init__(
+        self, settings: GatewaySettings, jobs: JobService, forwarder: Forwarder, share: VideoShare, runner: VideoJobs
+    ) -> None:
         self._settings = settings
+        self._share = share
         self._jobs = jobs
         self._forwarder = forwarder
         self._runner = runner
@@ -92,7 +96,7 @@ class VideoJobSubmission:
             raise gateway_error(error) from None
         with self._forwarder.edge.uploads.lease(owner):
             reading = read_video_upload(
-                scope, receive, headers, int(settings.video_max_body_mb * MIB), settings.video_spool_dir
+                scope, receive, headers, int(settings.video_max_body_mb * MIB), self._share.disk
             )
             upload = await within_upload_time(reading, settings.video_upload_timeout_s)
         try:

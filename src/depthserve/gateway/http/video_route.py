@@ -89,7 +89,7 @@ class VideoEndpoint:
         settings = self._settings
         with self._share.video(), edge.uploads.lease(who):
             reading = read_video_upload(
-                scope, receive, headers, int(settings.video_max_body_mb * MIB), settings.video_spool_dir
+                scope, receive, headers, int(settings.video_max_body_mb * MIB), self._share.disk
             )
             upload = await within_upload_time(reading, settings.video_upload_timeout_s)
             try:

@@ -1,28 +1,30 @@
-"""A /v1/depth/video upload, written to a private temporary folder as it arrives (never held in memory).
+"""A video upload, written to a private folder as it arrives (never held in memory), once, under a disk budget.
 
 The body is a video (`video/mp4`, `video/webm`, `video/quicktime`), or multipart with a `video` file,
 optional `depth` (a zip of 16-bit PNGs or an .npz) and optional `intrinsics`. Bytes go to disk in
-1 MiB writes from a thread, so neither memory nor the event loop waits on a large upload.
+1 MiB writes from a thread, multipart file parts straight into their own files (multipart_files.py),
+so neither memory nor the event loop waits on a large upload. Every byte on disk is counted against
+the gateway's video disk budget (edge/video_disk.py) until the upload is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from starlette.datastructures import UploadFile
-from starlette.requests import Request
+from python_multipart.multipart import parse_options_header
 from starlette.types import Receive, Scope
 
 from depthserve.codec import CodecError, parse_intrinsics
+from depthserve.gateway.edge.video_disk import DiskLease, VideoDisk
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.http.asgi_io import BodyReader
+from depthserve.gateway.http.multipart_files import PartsToFiles
 
 VIDEO_TYPES = ("video/mp4", "video/webm", "video/quicktime")
 WRITE_BYTES = 1 << 20  # bytes gathered before one write to the file
@@ -31,19 +33,30 @@ MAX_PARTS = 3
 
 @dataclass(frozen=True)
 class VideoUpload:
-    """The uploaded files on disk, and the intrinsics, until `close` removes the folder."""
+    """The uploaded files on disk, and the intrinsics, until `close` removes the folder and frees its bytes."""
 
     folder: Path
     video: Path
+    lease: DiskLease
     depth: Path | None = None
     intrinsics: np.ndarray | None = None
 
     async def close(self) -> None:
-        """Remove the files (in a thread)."""
+        """Remove the files (in a thread), then give their bytes back to the disk budget."""
         await asyncio.to_thread(shutil.rmtree, self.folder, True)
+        self.lease.release()
 
 
-async def _write(reader: BodyReader, out: BinaryIO) -> int:
+async def _refused(reader: BodyReader, error: GatewayError, more: bool) -> GatewayError:
+    """An upload refused while its body still arrives: drain it first, so the client sees the answer."""
+    return await reader.refuse(error, always=error.reason == "video_disk_full") if more else error
+
+
+def _size_of(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.iterdir())
+
+
+async def _write(reader: BodyReader, out: BinaryIO, lease: DiskLease) -> int:
     """Copy the body to `out` in large writes made in a thread; give its size."""
     buffer: list[bytes] = []
     held = size = 0
@@ -56,6 +69,10 @@ async def _write(reader: BodyReader, out: BinaryIO) -> int:
         held += len(chunk)
         size += len(chunk)
         if held >= WRITE_BYTES or not more:
+            try:
+                lease.cover(size)
+            except GatewayError as error:
+                raise await _refused(reader, error, more) from None
             data = b"".join(buffer)
             buffer.clear()
             held = 0
@@ -63,51 +80,39 @@ async def _write(reader: BodyReader, out: BinaryIO) -> int:
     return size
 
 
-async def _copy_part(part: UploadFile, path: Path) -> None:
-    def copy() -> None:
-        part.file.seek(0)
-        with path.open("wb") as out:
-            shutil.copyfileobj(part.file, out, WRITE_BYTES)
-
-    await asyncio.to_thread(copy)
-
-
-async def _multipart(scope: Scope, reader: BodyReader, folder: Path) -> VideoUpload:
-    request = Request(scope, reader.receive)
-    try:
-        form = await request.form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
-    except GatewayError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - starlette raises several types for malformed multipart
-        if "Too many" in str(exc):
-            raise await reader.refuse(GatewayError(413, "too_many_parts", f"more than {MAX_PARTS} parts")) from None
-        raise await reader.refuse(GatewayError(400, "invalid_request", f"malformed multipart body: {exc}")) from None
-    try:
-        video, depth, text = form.get("video"), form.get("depth"), form.get("intrinsics")
-        if not isinstance(video, UploadFile) or not video.size:
-            raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'video'")
-        await _copy_part(video, folder / "video")
-        depth_path = None
-        if isinstance(depth, UploadFile) and depth.size:
-            depth_path = folder / "depth"
-            await _copy_part(depth, depth_path)
-        intrinsics = None
-        if text:
-            raw = await text.read() if isinstance(text, UploadFile) else text
-            try:
-                intrinsics = parse_intrinsics(raw)
-            except CodecError as exc:
-                raise GatewayError(400, "invalid_request", str(exc)) from None
-        return VideoUpload(folder, folder / "video", depth_path, intrinsics)
-    finally:
-        await form.close()
+async def _multipart(reader: BodyReader, boundary: bytes, folder: Path, lease: DiskLease) -> VideoUpload:
+    parts = PartsToFiles(boundary, folder, ("video", "depth"), ("intrinsics",), MAX_PARTS, lease.cover)
+    more = True
+    while more:
+        message = await reader.receive()
+        more = message.get("more_body", False)
+        try:
+            await parts.feed(message.get("body", b""))
+        except GatewayError as error:
+            raise await _refused(reader, error, more) from None
+    parts.finish()
+    video = parts.files.get("video")
+    if video is None or not video.exists() or not video.stat().st_size:
+        raise GatewayError(400, "invalid_request", "multipart body needs a non-empty file part named 'video'")
+    depth = parts.files.get("depth")
+    if depth is not None and not depth.stat().st_size:
+        depth = None
+    intrinsics = None
+    if parts.fields.get("intrinsics"):
+        try:
+            intrinsics = parse_intrinsics(parts.fields["intrinsics"].decode("latin-1"))
+        except CodecError as exc:
+            raise GatewayError(400, "invalid_request", str(exc)) from None
+    return VideoUpload(folder, video, lease, depth, intrinsics)
 
 
 async def read_video_upload(
-    scope: Scope, receive: Receive, headers: Mapping[str, str], max_bytes: int, spool_dir: Path | None
+    scope: Scope, receive: Receive, headers: Mapping[str, str], max_bytes: int, disk: VideoDisk
 ) -> VideoUpload:
-    """Read the request body to files; 415 for another content type, 413 past `max_bytes`, 400 when empty."""
-    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    """Read the request body to files; 415 for another content type, 413 past `max_bytes`, 400 when empty,
+    503 video_disk_full past the disk budget."""
+    raw_type = headers.get("content-type", "")
+    content_type = raw_type.split(";")[0].strip().lower()
     if content_type not in VIDEO_TYPES and content_type != "multipart/form-data":
         raise GatewayError(
             415,
@@ -116,21 +121,33 @@ async def read_video_upload(
             "or multipart/form-data with a 'video' part",
         )
     reader = BodyReader(receive, max_bytes, scope.get("http_version") == "2", scope)
+    boundary = parse_options_header(raw_type)[1].get(b"boundary") if content_type == "multipart/form-data" else b""
+    if boundary is None:
+        raise await reader.refuse(GatewayError(400, "invalid_request", "multipart body without a boundary"))
     declared = headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise await reader.refuse(reader.too_large(declared))
-    if spool_dir is not None:
-        spool_dir.mkdir(parents=True, exist_ok=True)
-    folder = Path(await asyncio.to_thread(tempfile.mkdtemp, "", "depthserve-video-", spool_dir))
+    lease = disk.lease()
     try:
-        if content_type == "multipart/form-data":
-            return await _multipart(scope, reader, folder)
-        path = folder / "video"
-        with path.open("wb") as out:
-            size = await _write(reader, out)
-        if not size:
-            raise GatewayError(400, "invalid_request", "empty request body; send a video")
-        return VideoUpload(folder, path)
+        if declared is not None and declared.isascii() and declared.isdigit():
+            if int(declared) > max_bytes:
+                raise await reader.refuse(reader.too_large(declared))
+            lease.cover(int(declared))  # refused before a byte is read
+    except GatewayError as error:
+        lease.release()
+        raise await reader.refuse(error, always=error.status == 503) from None
+    folder = await disk.folder()
+    try:
+        if boundary:
+            upload = await _multipart(reader, boundary, folder, lease)
+        else:
+            path = folder / "video"
+            with path.open("wb") as out:
+                size = await _write(reader, out, lease)
+            if not size:
+                raise GatewayError(400, "invalid_request", "empty request body; send a video")
+            upload = VideoUpload(folder, path, lease)
+        lease.trim(await asyncio.to_thread(_size_of, folder))  # the multipart framing and a declared surplus
+        return upload
     except BaseException:
         await asyncio.to_thread(shutil.rmtree, folder, True)
+        lease.release()
         raise
