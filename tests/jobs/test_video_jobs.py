@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from tests.conftest import require_service
 
+from depthserve.jobs.model import Job
+from depthserve.jobs.redis_store import RedisJobStore
 from depthserve.testing.clips import make_clip
 from depthserve.testing.jobs import REDIS_URL, clean_up, unique_namespace
 from depthserve.testing.processes import Proc, start_gateway, start_worker
@@ -44,6 +46,15 @@ def submit(url: str, clip: bytes, query: str = "", **kw: Any) -> dict[str, Any]:
     reply = httpx.post(f"{url}/v1/jobs{query}", content=clip, headers=MP4, timeout=60, **kw)
     assert reply.status_code == 202, reply.text
     return dict(reply.json())
+
+
+async def stored_job(namespace: str, job_id: str) -> Job:
+    """The job's record, read from Redis itself (no gateway is left to ask)."""
+    store = RedisJobStore(REDIS_URL, namespace, 60)
+    try:
+        return await store.get(job_id)
+    finally:
+        await store.close()
 
 
 def frames_in_order(data: bytes, frames: int) -> None:
@@ -166,6 +177,12 @@ def test_redis_any_gateway_serves_the_result_and_a_dead_gateways_job_fails_clear
         assert failed["progress"]["frames_done"] >= seen["progress"]["frames_done"]
         result = httpx.get(f"{other_url}/v1/jobs/{long['id']}/result", timeout=10)
         assert result.status_code == 409  # never a part of the result presented as the whole
+
+        stopped = submit(other_url, make_clip(tmp_path / "long.mp4", 200).read_bytes())
+        wait_job(other_url, stopped["id"], lambda s: s["state"] == "running")
+        assert other.stop() == 0  # SIGTERM: it fails the jobs it holds, saying so, before it exits
+        job = asyncio.run(stored_job(namespace, stopped["id"]))
+        assert job.state == "failed" and "stopped before it finished" in (job.error or ""), job
     finally:
         for proc in reversed(procs):
             proc.stop()
