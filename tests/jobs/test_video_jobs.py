@@ -38,6 +38,10 @@ def wait_job(url: str, job_id: str, until: Any, timeout: float = 60) -> dict[str
     raise AssertionError(f"job {job_id} never got there: {status}")
 
 
+def cluster_videos(url: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/v1/cluster", timeout=10).json()["videos"])
+
+
 def done(status: dict[str, Any]) -> bool:
     return bool(status["state"] in ("succeeded", "failed"))
 
@@ -132,6 +136,10 @@ def test_the_callers_job_limit_applies_to_video_jobs(cluster: dict[str, Any]) ->
     assert refused.status_code == 429 and refused.json()["reason"] == "job_quota"
     for job in accepted:
         assert wait_job(url, job["id"], done)["state"] == "succeeded"
+    deadline = time.monotonic() + 30
+    while (videos := cluster_videos(url))["jobs"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # a job's task removes its upload just after storing its result
+    assert videos["jobs"] == 0 and videos["disk_mib"] == 0  # every upload removed with its job
 
 
 @pytest.mark.timeout(120)
