@@ -154,3 +154,23 @@ def test_help_shows_flags_without_a_value(command: list[str]) -> None:
     )
     assert done.returncode == 0 and "--help" in done.stdout, done.stderr
     assert "<bool>" not in done.stdout, done.stdout
+
+
+def test_predict_writes_a_video_as_zip_npz_and_mp4(gateway_url: str, tmp_path: Path) -> None:
+    import av
+
+    from depthserve.testing.clips import make_clip
+
+    clip = make_clip(tmp_path / "clip.mp4", 20)
+    for name in ("d.zip", "d.npz", "d.mp4"):
+        done = depthserve("predict", str(clip), "-o", str(tmp_path / name), "--url", gateway_url, "--stride", "2")
+        assert done.returncode == 0, done.stderr
+        assert f"wrote {tmp_path / name} (10 frames" in done.stdout
+        assert "10/10" in done.stdout + done.stderr  # the progress bar reached the total
+    assert np.load(tmp_path / "d.npz")["depth"].shape == (10, 48, 64)
+    with av.open(str(tmp_path / "d.mp4")) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 10
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(clip.read_bytes()[:300])
+    done = depthserve("predict", str(broken), "-o", str(tmp_path / "b.zip"), "--url", gateway_url)
+    assert done.returncode == 1 and "error 400" in done.stderr and not (tmp_path / "b.zip").exists()

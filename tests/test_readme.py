@@ -25,9 +25,11 @@ import sys
 import sysconfig
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 from PIL import Image
@@ -171,6 +173,14 @@ def check_output_file(command: str, folder: Path) -> None:
         assert image.mode == ("RGB" if "preview" in command else "I;16"), image.mode
     elif path.suffix == ".ply":
         assert data.startswith(b"ply\n")
+    elif path.suffix == ".zip":  # a video's frames: 16-bit PNGs in order, then frames.csv
+        names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+        assert names[0] == "depth_000000.png" and names[-1] == "frames.csv", names[:3]
+    elif path.suffix == ".npz":
+        assert np.load(io.BytesIO(data))["depth"].ndim == 3
+    elif path.suffix == ".mp4":
+        with av.open(io.BytesIO(data)) as container:
+            assert sum(1 for _ in container.decode(video=0)) > 0
     else:
         raise AssertionError(f"no check for {path.suffix} outputs: add one")
 

@@ -188,16 +188,36 @@ def up(
 
 @app.command()
 def predict(
-    image: Annotated[Path, typer.Argument(help="RGB image (PNG/JPEG/WebP)", exists=True, dir_okay=False)],
-    output: Annotated[Path, typer.Option("-o", "--output", help="OUT.npy | OUT.png | OUT.ply")],
-    depth: Annotated[Path | None, typer.Option(help="raw depth: 16-bit PNG in mm or .npy in m")] = None,
+    image: Annotated[
+        Path, typer.Argument(help="RGB image (PNG/JPEG/WebP) or video (MP4/WebM/MOV)", exists=True, dir_okay=False)
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="image: OUT.npy | OUT.png | OUT.ply; video: OUT.zip | OUT.npz | OUT.mp4"),
+    ],
+    depth: Annotated[
+        Path | None, typer.Option(help="raw depth: 16-bit PNG in mm or .npy in m (video: zip of PNGs or .npz)")
+    ] = None,
     intrinsics: Annotated[str | None, typer.Option(help="'fx,fy,cx,cy' or a JSON 3x3 file")] = None,
     preview: Annotated[bool, typer.Option(help="with a .png output: a colourised preview")] = False,
     resolution_level: Annotated[int, typer.Option(min=0, max=9, help="0 (fast) .. 9 (fine)")] = 9,
+    stride: Annotated[int, typer.Option(min=1, help="video: every n-th frame")] = 1,
+    max_frames: Annotated[int | None, typer.Option(min=1, help="video: at most this many frames")] = None,
+    dtype: Annotated[str, typer.Option(help="video .npz: float16 | float32")] = "float16",
     url: Annotated[str, typer.Option(help="gateway URL")] = "http://127.0.0.1:8000",
 ) -> None:
-    """Send one image to the gateway and write the depth result."""
+    """Send one image or video to the gateway and write the depth result (a video with a progress bar)."""
     from depthserve.client import predict_file
+    from depthserve.video_client import is_video, predict_video
+
+    if is_video(image):
+        options: dict[str, str | int] = {"resolution_level": resolution_level, "stride": stride, "dtype": dtype}
+        if max_frames is not None:
+            options["max_frames"] = max_frames
+        text = (
+            None if intrinsics is None else (Path(intrinsics).read_text() if Path(intrinsics).is_file() else intrinsics)
+        )
+        raise typer.Exit(predict_video(image, output, options, url, depth, text))
 
     raise typer.Exit(predict_file(image, output, depth, intrinsics, preview, resolution_level, url))
 

@@ -70,6 +70,41 @@ class JobFields(BaseModel):
     )
 
 
+class VideoFields(BaseModel):
+    """What one video may cost the gateway (POST /v1/depth/video and video jobs), and the share videos get."""
+
+    video_max_active: int = Field(4, ge=1, description="videos the gateway works on at once (503 videos_full beyond)")
+    video_window: int = Field(
+        16, ge=1, le=256, description="frames of one video in flight at once (decoded, at a worker, or being written)"
+    )
+    video_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="most of a model's admission capacity all videos' frames may hold, so images always find room",
+    )
+    video_max_body_mb: float = Field(
+        1024.0, gt=0, description="largest video upload, MiB (spooled to a temporary file, not held in memory)"
+    )
+    video_max_disk_mb: float = Field(
+        8192.0,
+        gt=0,
+        description="video uploads on disk at once, requests and queued video jobs together, MiB (503 beyond)",
+    )
+    video_upload_timeout_s: float = Field(300.0, gt=0, description="longest a client may take to send a video (408)")
+    video_max_frames: int = Field(10_000, ge=1, description="most frames decoded from one video, after stride (413)")
+    video_max_seconds: float = Field(3600.0, gt=0, description="longest video accepted, seconds (413)")
+    video_max_frame_pixels: int = Field(
+        8_300_000, ge=1, description="largest video frame accepted, pixels (413; 3840x2160 fits)"
+    )
+    video_frame_timeout_s: float = Field(
+        60.0, gt=0, description="deadline of one frame, retries and waits for admission included"
+    )
+    video_spool_dir: Path | None = Field(
+        None, description="folder for video uploads while they are decoded or wait as jobs [temp]"
+    )
+
+
 class WorkerSettings(BaseSettings, LogFields, JobFields):
     """How a worker serves its model over gRPC."""
 
@@ -114,6 +149,12 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
         32_000_000, ge=1, description="most image pixels in one batch, so large images run in smaller batches"
     )
     max_concurrent_batches: int = Field(1, ge=1, le=16, description="batches on the device at once")
+    low_priority_delay_ms: float = Field(
+        1000.0,
+        ge=0,
+        description="a low-priority request (OIP parameter priority >= 2: the gateway's video frames) is queued "
+        "as if it arrived this much later: requests arriving meanwhile go first, none waits forever",
+    )
     max_message_mb: int = Field(64, ge=1, description="largest gRPC message accepted or sent, MiB")
     max_pixels: int = Field(40_000_000, ge=1, description="largest decoded image accepted, pixels")
     max_aspect_ratio: float = Field(
@@ -204,7 +245,7 @@ class VersionRouteConfig(BaseModel):
         return value
 
 
-class GatewaySettings(BaseSettings, LogFields, JobFields):
+class GatewaySettings(BaseSettings, LogFields, JobFields, VideoFields):
     """How the gateway listens and reaches its workers."""
 
     model_config = SettingsConfigDict(env_prefix="DEPTHSERVE_GATEWAY_", extra="forbid")

@@ -177,3 +177,17 @@ async def test_redis_keeps_no_charge_after_every_job_is_gone() -> None:
     finally:
         await store.close()
         await clean_up(REDIS_URL, namespace)
+
+
+async def test_a_result_written_piece_by_piece_fails_its_job_as_soon_as_it_would_break_a_byte_limit(
+    make_store: MakeStore,
+) -> None:
+    store = make_store(LIMITS)
+    video, _ = await store.create(job("alice"), b"")
+    await store.start(video.id, 1, FRESH)
+    await store.append_result(video.id, b"x" * 600)
+    with pytest.raises(ResultNotStored, match="not stored"):
+        await store.append_result(video.id, b"x" * 3000)  # past 3 records + 1000 bytes, the caller's limit
+    failed = await store.get(video.id)
+    assert failed.state == JobState.FAILED and "job_max_stored_mb_per_caller" in (failed.error or "")
+    assert await store.usage("alice") == Usage(0, RECORD_BYTES, 0, RECORD_BYTES)  # the pieces were given back

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from tests.conftest import require_service
@@ -196,3 +197,69 @@ async def test_expired_records_are_purged_from_memory() -> None:
     await store.create(new_job(), b"p")
     assert len(store) == 1
     assert (await store.create(new_job(), b"p", idempotency_key="a"))[1] is True  # the expired key is free again
+
+
+async def read_all(store: JobStore, job_id: str) -> tuple[list[bytes], int, str]:
+    stored = await store.open_result(job_id)
+    return [piece async for piece in stored.chunks], stored.size, stored.content_type
+
+
+async def test_a_result_appended_piece_by_piece_is_read_back_in_order_and_never_before_it_succeeds(
+    store: JobStore,
+) -> None:
+    job, _ = await store.create(replace(new_job(), kind="video"), b"{}")
+    with pytest.raises(JobConflict):
+        await store.append_result(job.id, b"early")  # not started: no attempt writes it
+    assert (await store.start(job.id, 1, FRESH)).action == RUN
+    pieces = [bytes([n]) * (1000 + n) for n in range(5)]
+    for piece in pieces:
+        await store.append_result(job.id, piece)
+    with pytest.raises(JobConflict):
+        await store.open_result(job.id)  # still running: a half-written result is never served
+    assert await store.succeed_appended(job.id, "application/zip") is True
+    got, size, media = await read_all(store, job.id)
+    assert b"".join(got) == b"".join(pieces) and size == sum(map(len, pieces)) and media == "application/zip"
+    assert await store.succeed_appended(job.id, "application/zip") is False  # counted as a duplicate
+    done = await store.get(job.id)
+    assert (done.state, done.kind, done.stores, done.duplicates) == (JobState.SUCCEEDED, "video", 1, 1)
+    await store.delete(job.id)
+    assert (await store.usage("")).total_stored_bytes == 0
+
+
+async def test_a_whole_result_reads_back_through_open_result_too(store: JobStore) -> None:
+    job, _ = await store.create(new_job(), b"p")
+    await store.start(job.id, 1, FRESH)
+    await store.succeed(job.id, b"x" * 100_000, "application/x-npy")
+    got, size, _ = await read_all(store, job.id)
+    assert b"".join(got) == b"x" * 100_000 and size == 100_000
+
+
+async def test_progress_is_shown_and_a_failed_attempt_drops_its_pieces(store: JobStore) -> None:
+    job, _ = await store.create(replace(new_job(), kind="video"), b"{}")
+    progress = {"frames_done": 0, "frames_total": 9, "fps": None, "eta_s": None}
+    assert await store.report(job.id, progress) is True  # queued: waiting for a video place
+    await store.start(job.id, 1, FRESH)
+    await store.append_result(job.id, b"a" * 5000)
+    assert await store.report(job.id, {**progress, "frames_done": 3, "fps": 2.5, "eta_s": 2.4}) is True
+    assert (await store.get(job.id)).progress == {"frames_done": 3, "frames_total": 9, "fps": 2.5, "eta_s": 2.4}
+    assert (await store.usage("")).total_stored_bytes >= 5000
+    assert await store.fail(job.id, "frame 4: no worker could serve it", final=True) == JobState.FAILED
+    assert await store.report(job.id, progress) is False  # ended: its runner stops
+    with pytest.raises(JobConflict):
+        await store.append_result(job.id, b"late")
+    assert await store.succeed_appended(job.id, "application/zip") is False
+    assert (await store.usage("")).total_stored_bytes < 5000  # the record only: the pieces are gone
+
+
+async def test_a_job_whose_runner_fell_silent_is_abandoned_clearly_and_a_live_one_is_not(store: JobStore) -> None:
+    job, _ = await store.create(replace(new_job(), kind="video"), b"{}")
+    await store.start(job.id, 1, FRESH)
+    await store.append_result(job.id, b"half")
+    assert await store.abandon(job.id, "its gateway stopped", silent_for_s=FRESH) is False  # heartbeat is fresh
+    assert await store.abandon(job.id, "its gateway stopped", silent_for_s=DEAD) is True
+    failed = await store.get(job.id)
+    assert (failed.state, failed.error) == (JobState.FAILED, "its gateway stopped")
+    assert await store.succeed_appended(job.id, "application/zip") is False  # a late runner stores nothing
+    with pytest.raises(JobConflict):
+        await store.open_result(job.id)
+    assert await store.abandon(job.id, "again", silent_for_s=DEAD) is False  # already ended

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from depthserve.protocol.depth_api import (
+    LOW_PRIORITY,
     DepthInputs,
     build_encoded_response,
     build_raw_response,
@@ -13,6 +14,8 @@ from depthserve.protocol.depth_api import (
     parse_request,
     read_encoded_result,
     read_raw_outputs,
+    request_priority,
+    set_priority,
 )
 from depthserve.protocol.tensors import TensorError
 
@@ -78,3 +81,16 @@ def test_responses_round_trip() -> None:
         b"\x93NUMPY",
         "application/x-npy",
     )
+
+
+def test_priority_is_a_triton_style_integer_and_anything_else_is_refused() -> None:
+    request = build_request("m", DepthInputs(image=b"png"))
+    assert request_priority(request) == 0
+    set_priority(request, LOW_PRIORITY)
+    assert request_priority(request) == LOW_PRIORITY
+    request.parameters["priority"].string_param = "low"
+    with pytest.raises(TensorError, match="priority"):
+        request_priority(request)
+    request.parameters["priority"].int64_param = -1
+    with pytest.raises(TensorError, match="priority"):
+        request_priority(request)

@@ -79,6 +79,7 @@ async def test_every_reply_carries_a_load_report(tiny_worker: Worker, rgb_png: b
         (lambda r: r.inputs[0].__setattr__("datatype", "FP64"), "bytes"),
         (lambda r: r.parameters["resolution_level"].__setattr__("int64_param", 42), "resolution_level"),
         (lambda r: r.parameters["format"].__setattr__("string_param", "gif"), "format"),
+        (lambda r: r.parameters["priority"].__setattr__("string_param", "urgent"), "priority"),
         (lambda r: r.raw_input_contents.__setitem__(0, b"\x05\x00\x00\x00abc"), "runs past"),
     ],
 )

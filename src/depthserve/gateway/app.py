@@ -19,7 +19,9 @@ from depthserve.discovery.urls import check_url
 from depthserve.gateway.config import EdgeConfig
 from depthserve.gateway.dispatch.core import GatewayCore
 from depthserve.gateway.dispatch.job_executor import gateway_executor
+from depthserve.gateway.dispatch.video_jobs import VideoJobs
 from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.http.access import RouteAccess
 from depthserve.gateway.http.control_routes import cluster, drain, healthz, readyz, restricted
 from depthserve.gateway.http.dashboard import observability_routes
@@ -27,6 +29,8 @@ from depthserve.gateway.http.depth_route import DepthEndpoint
 from depthserve.gateway.http.error_boundary import ErrorBoundary, exception_handlers
 from depthserve.gateway.http.jobs_routes import job_routes
 from depthserve.gateway.http.openapi import openapi_document
+from depthserve.gateway.http.video_job_submit import VideoJobSubmission
+from depthserve.gateway.http.video_route import VideoEndpoint
 from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
 from depthserve.gateway.oip.grpc_service import start_grpc
 from depthserve.gateway.oip.rest import oip_routes
@@ -84,10 +88,12 @@ def create_app(settings: GatewaySettings) -> FastPath:
     """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
     core = GatewayCore.build(settings)
     pool, dispatcher, edge, forwarder = core.pool, core.dispatcher, core.edge, core.forwarder
+    videos = VideoShare(settings, pool.concurrency)  # videos at once, and their frames' share of admission
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)
     jobs = JobService.from_settings(settings, gateway_executor(dispatcher))
     metrics.jobs_source = jobs.store.queued  # depthserve_gateway_jobs_queued / _oldest_age_seconds
+    video_jobs = VideoJobs(settings, jobs.store, forwarder, videos)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -103,6 +109,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
         finally:
             if grpc_server is not None:
                 await grpc_server.stop(grace=1.0)
+            await video_jobs.close()  # each is failed, saying so, while the job store is still open
             await jobs.close()
             await discovery_sync.stop(following)
             await pool.close()
@@ -116,7 +123,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
             Route("/v1/cluster/{backend}/{action}", restricted(drain, RouteAccess.check_admin), methods=["POST"]),
             Route("/openapi.json", restricted(openapi_document, RouteAccess.check_health)),
             *observability_routes(),
-            *job_routes(settings, jobs, edge),
+            *job_routes(settings, jobs, edge, VideoJobSubmission(settings, jobs, forwarder, videos, video_jobs)),
             *oip_routes(oip),
         ],
         middleware=[Middleware(RequestMetrics, metrics=metrics)],
@@ -130,9 +137,18 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.metrics = metrics
     app.state.jobs = jobs
     app.state.oip = oip
+    app.state.videos = videos
+    app.state.video_jobs = video_jobs
     depth = DepthEndpoint(settings, forwarder)
-    app.state.fast_paths = {"/v1/depth": depth}  # for the OpenAPI document
-    return FastPath({"/v1/depth": RequestMetrics(ErrorBoundary(depth, "request"), metrics)}, app)
+    video = VideoEndpoint(settings, forwarder, videos)
+    app.state.fast_paths = {"/v1/depth": depth, "/v1/depth/video": video}  # for the OpenAPI document
+    return FastPath(
+        {
+            "/v1/depth": RequestMetrics(ErrorBoundary(depth, "request"), metrics),
+            "/v1/depth/video": RequestMetrics(ErrorBoundary(video, "video"), metrics),
+        },
+        app,
+    )
 
 
 def app_from_env() -> FastPath:

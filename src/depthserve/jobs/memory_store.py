@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from depthserve.jobs.errors import JobConflict, JobNotFound, ResultNotStored
 from depthserve.jobs.model import FINAL_STATES, Job, JobState
@@ -18,13 +19,14 @@ from depthserve.jobs.quota import (
     JobLimits,
     Ledger,
     Usage,
+    growth_refusal,
     new_job_refusal,
     quota_error,
     result_refusal,
     result_refused_message,
 )
 from depthserve.jobs.spool import Blob, BlobSpool
-from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, gave_up_error
+from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, StoredResult, gave_up_error
 
 PURGE_EVERY_S = 60.0  # at most this long between sweeps of expired in-memory records
 
@@ -35,6 +37,7 @@ class _Entry:
     payload: Blob | None
     expires_at: float
     result: Blob | None = None
+    partial: Blob | None = None  # a result being appended (video jobs), until it succeeds or the job ends
 
 
 class MemoryJobStore(JobStore):
@@ -70,12 +73,14 @@ class MemoryJobStore(JobStore):
         if entry is not None:
             self.blobs.drop(entry.payload)
             self.blobs.drop(entry.result)
+            self.blobs.drop(entry.partial)
         self.ledger.release(job_id)
 
     def _end(self, job_id: str, entry: _Entry) -> None:
         """The job ended: its payload goes, its record stays charged (a result, if any, is charged by succeed)."""
         self.blobs.drop(entry.payload)
-        entry.payload = None
+        self.blobs.drop(entry.partial)
+        entry.payload = entry.partial = None
         self.ledger.recharge(job_id, 0, RECORD_BYTES)
 
     def _entry(self, job_id: str) -> _Entry:
@@ -209,6 +214,10 @@ class MemoryJobStore(JobStore):
             self._end(job_id, entry)
         else:
             job.state = JobState.QUEUED
+            if entry.partial is not None:  # the next attempt writes its result afresh
+                self.ledger.recharge(job_id, 1, self.ledger.charged_bytes(job_id) - entry.partial.size)
+                self.blobs.drop(entry.partial)
+                entry.partial = None
         return job.state
 
     async def cancel(self, job_id: str) -> Job:
@@ -226,6 +235,75 @@ class MemoryJobStore(JobStore):
         if entry.job.state != JobState.SUCCEEDED or entry.result is None:
             raise JobConflict(f"job {job_id} is {entry.job.state.value}; it has no result", entry.job.state)
         return await self.blobs.read(entry.result), entry.job.content_type or "application/octet-stream"
+
+    async def report(self, job_id: str, progress: dict[str, Any]) -> bool:
+        try:
+            job = self._entry(job_id).job
+        except JobNotFound:
+            return False
+        if job.final:
+            return False
+        job.progress, job.heartbeat_at = dict(progress), self._clock()
+        return True
+
+    def _running(self, job_id: str) -> _Entry:
+        entry = self._entry(job_id)
+        state = entry.job.state
+        if state != JobState.RUNNING:
+            raise JobConflict(f"job {job_id} is {state.value}; its result is no longer written", state)
+        return entry
+
+    async def append_result(self, job_id: str, data: bytes) -> None:
+        entry = self._running(job_id)
+        written = 0 if entry.partial is None else entry.partial.size
+        refused = growth_refusal(self.limits, self.ledger.usage(entry.job.owner), len(data))
+        if refused is not None:
+            message = result_refused_message(refused, self.limits, written + len(data))
+            job = entry.job
+            job.state, job.finished_at, job.error = JobState.FAILED, self._clock(), message
+            self._end(job_id, entry)
+            raise ResultNotStored(message)
+        grown = await self.blobs.extend(entry.partial, data)
+        if self._jobs.get(job_id) is not entry or entry.job.state != JobState.RUNNING:
+            self.blobs.on_disk -= len(data)  # the job ended meanwhile and dropped the file with the older size
+            self.blobs.drop(Blob(0, path=grown.path))
+            raise JobConflict(f"job {job_id} ended while its result was written", entry.job.state)
+        entry.partial = grown
+        self.ledger.recharge(job_id, 1, self.ledger.charged_bytes(job_id) + len(data))
+
+    async def succeed_appended(self, job_id: str, content_type: str) -> bool:
+        entry = self._entry(job_id)
+        job = entry.job
+        if job.state != JobState.RUNNING:
+            job.duplicates += 1
+            return False
+        blob = entry.partial or Blob(0, data=b"")
+        job.state, job.finished_at, job.content_type, job.error = JobState.SUCCEEDED, self._clock(), content_type, None
+        job.stores += 1
+        self.blobs.drop(entry.payload)
+        entry.result, entry.payload, entry.partial = blob, None, None
+        entry.expires_at = self._clock() + self.ttl_s
+        self.ledger.recharge(job_id, 0, blob.size + RECORD_BYTES)
+        return True
+
+    async def open_result(self, job_id: str) -> StoredResult:
+        entry = self._entry(job_id)
+        if entry.job.state != JobState.SUCCEEDED or entry.result is None:
+            raise JobConflict(f"job {job_id} is {entry.job.state.value}; it has no result", entry.job.state)
+        content_type = entry.job.content_type or "application/octet-stream"
+        return StoredResult(content_type, entry.result.size, self.blobs.chunks(entry.result))
+
+    async def abandon(self, job_id: str, error: str, silent_for_s: float) -> bool:
+        try:
+            entry = self._entry(job_id)
+        except JobNotFound:
+            return False
+        job = entry.job
+        if job.final or self._clock() - (job.heartbeat_at or job.started_at or job.created_at) < silent_for_s:
+            return False
+        job.state, job.finished_at, job.error, job.gave_up = JobState.FAILED, self._clock(), error, False
+        self._end(job_id, entry)
+        return True
 
     async def delete(self, job_id: str) -> None:
         job = self._entry(job_id).job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Job:
     owner: str = ""  # the caller that submitted it (API key name, else "addr:HOST"): charged for it, scopes its key
     gave_up: bool = False  # failed only because its attempts ran out: a late result may still be stored
     heartbeat_at: float | None = None  # last sign of life of the running attempt (internal, not in the API)
+    kind: str = "depth"  # "video": run by the gateway that holds the upload, its result written piece by piece
+    progress: dict[str, Any] | None = None  # video: {frames_done, frames_total, fps, eta_s}, as it runs
 
     @property
     def final(self) -> bool:
@@ -69,7 +72,10 @@ class Job:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "error": self.error,
+            "kind": self.kind,
         }
+        if self.progress is not None:
+            body["progress"] = self.progress
         if self.state == JobState.SUCCEEDED:
             body["result_url"] = f"{status_url}/result"
             body["content_type"] = self.content_type
@@ -89,6 +95,10 @@ class Job:
         }
         if self.gave_up:
             fields["gave_up"] = "1"
+        if self.kind != "depth":
+            fields["kind"] = self.kind
+        if self.progress is not None:
+            fields["progress"] = json.dumps(self.progress)
         for name in ("started_at", "finished_at", "heartbeat_at"):
             value = getattr(self, name)
             if value is not None:
@@ -122,4 +132,6 @@ class Job:
             owner=fields.get("owner", ""),
             gave_up=fields.get("gave_up") == "1",
             heartbeat_at=number("heartbeat_at"),
+            kind=fields.get("kind") or "depth",
+            progress=json.loads(fields["progress"]) if fields.get("progress") else None,
         )

@@ -90,6 +90,15 @@ def result_refusal(limits: JobLimits, usage: Usage, old_bytes: int, result_bytes
     return None
 
 
+def growth_refusal(limits: JobLimits, usage: Usage, extra_bytes: int) -> str | None:
+    """The byte limit a result written piece by piece would break by growing `extra_bytes`, or None."""
+    if _over(limits.max_stored_bytes_per_caller, usage.stored_bytes + extra_bytes):
+        return CALLER_BYTES
+    if _over(limits.max_stored_bytes, usage.total_stored_bytes + extra_bytes):
+        return TOTAL_BYTES
+    return None
+
+
 def _mib(value: int | None) -> str:
     return f"{(value or 0) / _MIB:g} MiB"
 

@@ -5,7 +5,8 @@ Quota keys beside the job keys: `NS:usage` (hash: `active`, `bytes`, and `active
 OWNER", what the job holds now) and `NS:expiry` (sorted set: job id by the epoch second its record
 expires). Redis expires a record's keys by itself, but it cannot give back the record's charge:
 `sweep` does, for every job past its expiry, before a new job is checked against the limits.
-The rules and the codes match jobs/quota.py; a limit of -1 means none.
+The rules and the codes match jobs/quota.py; a limit of -1 means none. `NS:parts:ID` (list) holds a
+result written piece by piece (video jobs), in order, charged as each piece lands.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ local function sweep(usage, charges, expiry, queued, ns, now)
   local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, 1000)
   for _, job in ipairs(gone) do
     charge(usage, charges, job, false, 0, 0)
-    redis.call('DEL', ns .. 'job:' .. job, ns .. 'payload:' .. job)
+    redis.call('DEL', ns .. 'job:' .. job, ns .. 'payload:' .. job, ns .. 'parts:' .. job)
     redis.call('ZREM', queued, job)
   end
   if #gone > 0 then redis.call('ZREM', expiry, unpack(gone)) end
@@ -165,13 +166,16 @@ charge(KEYS[4], KEYS[5], ARGV[5], false, 0, cost)
 return 1
 """
 )
-# KEYS: job, payload, queued, usage, charges; ARGV: now, error, final ('1'/'0'), id, record_bytes
+# KEYS: job, payload, queued, usage, charges, parts; ARGV: now, error, final ('1'/'0'), id, record_bytes
 FAIL = (
     _PRELUDE
     + """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'gone' end
 if state ~= 'running' then return state end
+local partial = tonumber(redis.call('HGET', KEYS[1], 'partial_bytes') or '0')
+redis.call('DEL', KEYS[6])
+redis.call('HDEL', KEYS[1], 'partial_bytes')
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[2])
   redis.call('DEL', KEYS[2])
@@ -180,6 +184,11 @@ if ARGV[3] == '1' then
 end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'error', ARGV[2])
 redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], 'created_at'), ARGV[4])
+local held = partial > 0 and redis.call('HGET', KEYS[5], ARGV[4])
+if held then
+  local active, bytes = string.match(held, '^(%d+) (%d+)')
+  charge(KEYS[4], KEYS[5], ARGV[4], false, tonumber(active), tonumber(bytes) - partial)
+end
 return 'queued'
 """
 )
@@ -199,14 +208,14 @@ end
 return state
 """
 )
-# KEYS: job, payload, queued, usage, charges, expiry; ARGV: id
+# KEYS: job, payload, queued, usage, charges, expiry, parts; ARGV: id
 DELETE = (
     _PRELUDE
     + """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return 'gone' end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' then return state end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[7])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 charge(KEYS[4], KEYS[5], ARGV[1], false, 0, 0)
@@ -219,5 +228,85 @@ USAGE = (
     + """
 sweep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 return {usage_of(KEYS[1], ARGV[3])}
+"""
+)
+# KEYS: job; ARGV: now, progress (JSON). Answers 1 recorded, 0 the job ended (or is gone).
+REPORT = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'queued' then return 0 end
+redis.call('HSET', KEYS[1], 'progress', ARGV[2], 'heartbeat_at', ARGV[1])
+return 1
+"""
+# KEYS: job, parts, payload, usage, charges
+# ARGV: piece, caller byte limit, total byte limit, ttl_ms, id, now, record_bytes, error if the caller's limit
+#       refuses it, error if the total refuses it. Answers 'ok', 'refused' (the job failed), or the job's state.
+APPEND = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return 'gone' end
+if state ~= 'running' then return state end
+local size = string.len(ARGV[1])
+local held = redis.call('HGET', KEYS[5], ARGV[5])
+if held then
+  local active, was, owner = string.match(held, '^(%d+) (%d+) (.*)$')
+  local _, bytes, _, total_bytes = usage_of(KEYS[4], owner)
+  local refused = nil
+  if over(ARGV[2], bytes + size) then refused = 8 elseif over(ARGV[3], total_bytes + size) then refused = 9 end
+  if refused then
+    redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[6], 'error', ARGV[refused])
+    redis.call('HDEL', KEYS[1], 'partial_bytes')
+    redis.call('DEL', KEYS[2], KEYS[3])
+    charge(KEYS[4], KEYS[5], ARGV[5], false, 0, tonumber(ARGV[7]))
+    return 'refused'
+  end
+  charge(KEYS[4], KEYS[5], ARGV[5], false, tonumber(active), tonumber(was) + size)
+end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'partial_bytes', size)
+return 'ok'
+"""
+)
+# KEYS: job, parts, payload, queued, usage, charges, expiry; ARGV: now, content_type, ttl_ms, id, record_bytes,
+# expires_at. Answers 1 stored, 0 duplicate (the job ended otherwise), -1 no such job.
+SUCCEED_APPENDED = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return -1 end
+if state ~= 'running' then
+  redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
+  return 0
+end
+local size = tonumber(redis.call('HGET', KEYS[1], 'partial_bytes') or '0')
+redis.call('HSET', KEYS[1], 'state', 'succeeded', 'finished_at', ARGV[1], 'content_type', ARGV[2], 'result_size', size)
+redis.call('HDEL', KEYS[1], 'error', 'gave_up', 'partial_bytes')
+redis.call('HINCRBY', KEYS[1], 'stores', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[4])
+redis.call('ZADD', KEYS[7], ARGV[6], ARGV[4])
+charge(KEYS[5], KEYS[6], ARGV[4], false, 0, size + tonumber(ARGV[5]))
+return 1
+"""
+)
+# KEYS: job, parts, payload, queued, usage, charges; ARGV: now, error, silent_for_s, id, record_bytes
+# Answers 1 when the job was failed now, 0 when it ended already or its runner is alive.
+ABANDON = (
+    _PRELUDE
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'queued' then return 0 end
+local beat = redis.call('HGET', KEYS[1], 'heartbeat_at') or redis.call('HGET', KEYS[1], 'started_at')
+  or redis.call('HGET', KEYS[1], 'created_at') or '0'
+if tonumber(ARGV[1]) - (tonumber(beat) or 0) < tonumber(ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'failed', 'finished_at', ARGV[1], 'error', ARGV[2])
+redis.call('HDEL', KEYS[1], 'gave_up', 'partial_bytes')
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[4])
+charge(KEYS[5], KEYS[6], ARGV[4], false, 0, tonumber(ARGV[5]))
+return 1
 """
 )

@@ -11,7 +11,9 @@ to well within the visibility timeout.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from depthserve.jobs import redis_scripts
@@ -26,7 +28,7 @@ from depthserve.jobs.quota import (
     quota_error,
     result_refused_message,
 )
-from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, gave_up_error
+from depthserve.jobs.store import BUSY, GAVE_UP, RUN, SKIP, JobStore, Start, StoredResult, gave_up_error
 
 QUOTA_PREFIX = "quota:"  # what the create script answers instead of an id when a limit refuses the job
 
@@ -47,11 +49,17 @@ class RedisJobStore(JobStore):
         self.redis: Any = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         self._scripts = {
             name: self.redis.register_script(getattr(redis_scripts, name.upper()))
-            for name in ("create", "discard", "start", "heartbeat", "succeed", "fail", "cancel", "delete", "usage")
+            for name in (
+                *("create", "discard", "start", "heartbeat", "succeed", "fail", "cancel", "delete", "usage"),
+                *("report", "append", "succeed_appended", "abandon"),
+            )
         }
 
     def _keys(self, job_id: str) -> tuple[str, str]:
         return f"{self.namespace}:job:{job_id}", f"{self.namespace}:payload:{job_id}"
+
+    def _parts_key(self, job_id: str) -> str:
+        return f"{self.namespace}:parts:{job_id}"
 
     @property
     def _queued_key(self) -> str:
@@ -152,7 +160,7 @@ class RedisJobStore(JobStore):
         with broker_errors("job store"):
             state = _text(
                 await self._scripts["fail"](
-                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys[:2]],
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys[:2], self._parts_key(job_id)],
                     args=[repr(time.time()), error, "1" if final else "0", job_id, RECORD_BYTES],
                 )
             )
@@ -189,13 +197,85 @@ class RedisJobStore(JobStore):
         with broker_errors("job store"):
             state = _text(
                 await self._scripts["delete"](
-                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys], args=[job_id]
+                    keys=[job_key, payload_key, self._queued_key, *self._quota_keys, self._parts_key(job_id)],
+                    args=[job_id],
                 )
             )
         if state == "gone":
             raise JobNotFound(f"no job {job_id!r} (unknown, or its results expired)")
         if state != "deleted":
             raise JobConflict(f"job {job_id} is {state}; cancel it, or wait until it ends", state)
+
+    async def report(self, job_id: str, progress: dict[str, Any]) -> bool:
+        with broker_errors("job store"):
+            recorded = await self._scripts["report"](
+                keys=[self._keys(job_id)[0]], args=[repr(time.time()), json.dumps(progress)]
+            )
+        return int(recorded) == 1
+
+    async def append_result(self, job_id: str, data: bytes) -> None:
+        job_key, payload_key = self._keys(job_id)
+        limits = self.limits
+        with broker_errors("job store"):
+            written = int(await self.redis.hget(job_key, "partial_bytes") or 0)  # only for the refusal's wording
+            refusals = [result_refused_message(c, limits, written + len(data)) for c in (CALLER_BYTES, TOTAL_BYTES)]
+            args: list[Any] = [data, *limits.as_lua_args()[2:], int(self.ttl_s * 1000), job_id, repr(time.time())]
+            keys = [job_key, self._parts_key(job_id), payload_key, *self._quota_keys[:2]]
+            answer = _text(await self._scripts["append"](keys=keys, args=[*args, RECORD_BYTES, *refusals]))
+        if answer == "gone":
+            raise JobNotFound(f"no job {job_id!r} (expired while it ran)")
+        if answer == "refused":
+            job = await self.get(job_id)
+            raise ResultNotStored(job.error or refusals[0])
+        if answer != "ok":
+            raise JobConflict(f"job {job_id} is {answer}; its result is no longer written", answer)
+
+    async def succeed_appended(self, job_id: str, content_type: str) -> bool:
+        job_key, payload_key = self._keys(job_id)
+        now = time.time()
+        with broker_errors("job store"):
+            keys = [job_key, self._parts_key(job_id), payload_key, self._queued_key, *self._quota_keys]
+            args: list[Any] = [repr(now), content_type, int(self.ttl_s * 1000), job_id, RECORD_BYTES]
+            args.append(repr(now + self.ttl_s))
+            stored = int(await self._scripts["succeed_appended"](keys=keys, args=args))
+        if stored < 0:
+            raise JobNotFound(f"no job {job_id!r} (expired while it ran)")
+        return stored == 1
+
+    async def open_result(self, job_id: str) -> StoredResult:
+        with broker_errors("job store"):
+            state, content_type, size = await self.redis.hmget(
+                self._keys(job_id)[0], "state", "content_type", "result_size"
+            )
+        if state is None:
+            raise JobNotFound(f"no job {job_id!r} (unknown, or its results expired)")
+        if _text(state) != JobState.SUCCEEDED:
+            raise JobConflict(f"job {job_id} is {_text(state)}; it has no result", _text(state))
+        media = _text(content_type or b"application/octet-stream")
+        if size is None:  # a result stored whole (an image job's)
+            data, _ = await self.result(job_id)
+            return StoredResult(media, len(data), _one(data))
+        return StoredResult(media, int(size), self._parts(job_id))
+
+    async def _parts(self, job_id: str) -> AsyncIterator[bytes]:
+        """The pieces of a result written piece by piece, one round trip each (never the whole list at once)."""
+        key, index = self._parts_key(job_id), 0
+        while True:
+            with broker_errors("job store"):
+                piece = await self.redis.lindex(key, index)
+            if piece is None:
+                return
+            yield bytes(piece)
+            index += 1
+
+    async def abandon(self, job_id: str, error: str, silent_for_s: float) -> bool:
+        job_key, payload_key = self._keys(job_id)
+        with broker_errors("job store"):
+            failed = await self._scripts["abandon"](
+                keys=[job_key, self._parts_key(job_id), payload_key, self._queued_key, *self._quota_keys[:2]],
+                args=[repr(time.time()), error, repr(float(silent_for_s)), job_id, RECORD_BYTES],
+            )
+        return int(failed) == 1
 
     async def usage(self, owner: str) -> Usage:
         with broker_errors("job store"):
@@ -220,3 +300,7 @@ class RedisJobStore(JobStore):
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data

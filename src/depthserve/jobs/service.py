@@ -132,9 +132,17 @@ class JobService:
             raise quota_error(refused, self.store.limits)
 
     async def submit(
-        self, model: str, payload: Callable[[str], bytes], idempotency_key: str | None, owner: str = ""
+        self,
+        model: str,
+        payload: Callable[[str], bytes],
+        idempotency_key: str | None,
+        owner: str = "",
+        video_progress: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """Store the job (payload built for its id), then publish it; True if new.
+
+        With `video_progress` it is a video job: stored but not published, since the gateway holding its
+        upload runs it (no worker can fan frames out).
 
         If the broker refuses, or the submission is cancelled while publishing, the job is forgotten (it was
         never accepted) and the error propagates. `owner` is the caller the job belongs to and is charged to
@@ -142,9 +150,11 @@ class JobService:
         """
         self.check_ready()
         job = Job(id=new_job_id(), model=model, created_at=time.time(), owner=owner)
+        if video_progress is not None:
+            job.kind, job.progress = "video", video_progress
         job, created = await self.store.create(job, payload(job.id), idempotency_key)
-        if not created:
-            return job, False
+        if not created or job.kind == "video":
+            return job, created
         try:
             await self.broker.publish(job.id)
         except BaseException:

@@ -16,12 +16,15 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from depthserve.jobs.errors import BrokerUnavailable, JobNotFound
 
 SMALL_BLOB_BYTES = 64 * 1024
+READ_BYTES = 1 << 20  # one piece of a file read back
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,18 @@ def _write_file(path: Path, data: bytes) -> None:
         out.write(data)
 
 
+def _append_file(path: Path, data: bytes, create: bool) -> None:
+    """Append to a blob's file; a file deleted meanwhile (its job ended) is not made again: FileNotFoundError."""
+    flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "ab") as out:
+        out.write(data)
+
+
+def _read_piece(handle: BinaryIO) -> bytes:
+    return handle.read(READ_BYTES)
+
+
 def _remove_after(write: asyncio.Future[None], path: Path) -> None:
     """Delete the file a cancelled caller's write left, once the write thread is done (whatever its outcome)."""
     if not write.cancelled():
@@ -97,19 +112,54 @@ class BlobSpool:
             return True
         return size <= SMALL_BLOB_BYTES and self.in_memory + size <= self._memory_limit
 
+    async def _new_path(self) -> Path:
+        try:
+            async with self._opening:
+                if self._directory is None:
+                    self._directory = await asyncio.to_thread(_open_directory, self._base)
+            return self._directory / uuid.uuid4().hex
+        except OSError as exc:
+            raise BrokerUnavailable(f"job spool {self._base}: {exc}") from exc
+
+    async def extend(self, blob: Blob | None, data: bytes) -> Blob:
+        """Append `data` to a blob kept in a file (a new file when `blob` is None) and give the grown blob.
+
+        JobNotFound if the file was dropped meanwhile (its job ended); BrokerUnavailable if it cannot be written.
+        """
+        path = await self._new_path() if blob is None else blob.path
+        assert path is not None, "only blobs kept in files grow"
+        try:
+            await asyncio.to_thread(_append_file, path, data, blob is None)
+        except FileNotFoundError:
+            raise JobNotFound("the job's result was dropped while it was written") from None
+        except OSError as exc:
+            raise BrokerUnavailable(f"job spool {self._directory}: {exc}") from exc
+        self.on_disk += len(data)
+        return Blob((0 if blob is None else blob.size) + len(data), path=path)
+
+    async def chunks(self, blob: Blob) -> AsyncIterator[bytes]:
+        """The bytes of a blob in pieces of at most READ_BYTES, read in threads (the file stays open if dropped)."""
+        if blob.path is None:
+            if blob.data:
+                yield blob.data
+            return
+        try:
+            handle = await asyncio.to_thread(blob.path.open, "rb")
+        except FileNotFoundError:
+            raise JobNotFound("the job's result was deleted before it was read") from None
+        try:
+            while piece := await asyncio.to_thread(_read_piece, handle):
+                yield piece
+        finally:
+            handle.close()
+
     async def keep(self, data: bytes) -> Blob:
         """Hold `data`, in memory or in a new file; BrokerUnavailable if the file cannot be written."""
         size = len(data)
         if self._fits_in_memory(size):
             self.in_memory += size
             return Blob(size, data=bytes(data))
-        try:
-            async with self._opening:
-                if self._directory is None:
-                    self._directory = await asyncio.to_thread(_open_directory, self._base)
-            path = self._directory / uuid.uuid4().hex
-        except OSError as exc:
-            raise BrokerUnavailable(f"job spool {self._base}: {exc}") from exc
+        path = await self._new_path()
         writing = asyncio.ensure_future(asyncio.to_thread(_write_file, path, data))
         try:
             await asyncio.shield(writing)  # a cancelled caller must not leave a half-written file behind

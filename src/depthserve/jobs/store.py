@@ -16,6 +16,14 @@ Late results: `succeed` stores a result while the job is queued or running, and 
 `failed` only because its attempts ran out (`gave_up`): a slow attempt that finishes after that
 still lands. It never overwrites a stored result, a cancellation, or a failure an attempt reported.
 
+Results written piece by piece (video jobs, whose results may be gigabytes): the running attempt
+`append_result`s each piece (charged as it lands, so a result past the byte limits fails the job as
+soon as it would break them), then `succeed_appended` makes the pieces its result in one step; any
+other ending (fail, abandon, delete, expiry) drops them. `open_result` reads any result back in
+pieces, so neither writing nor serving one holds it whole in memory. `report` records a video's
+progress, which is also its heartbeat; `abandon` fails a job whose runner fell silent (a gateway
+that died holding the video), so it is never left running for ever nor presented as complete.
+
 Limits (jobs/quota.py): `create` refuses a job that would take its owner or the store past a limit
 (QuotaExceeded), and `succeed` refuses a result that would (the job fails: ResultNotStored), each in
 the same atomic step as the state change. `delete` forgets an ended job at once, freeing its bytes.
@@ -24,7 +32,9 @@ the same atomic step as the state change. `delete` forgets an ended job at once,
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from depthserve.jobs.model import Job, JobState
 from depthserve.jobs.quota import JobLimits, Usage
@@ -39,6 +49,15 @@ class Start:
 
     action: str
     attempts: int
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """A stored result as it is read back: its media type, its size, and its bytes in pieces."""
+
+    content_type: str
+    size: int
+    chunks: AsyncIterator[bytes]
 
 
 class JobStore(ABC):
@@ -100,6 +119,27 @@ class JobStore(ABC):
     @abstractmethod
     async def delete(self, job_id: str) -> None:
         """Forget an ended job and its result now; JobConflict while it is queued or running."""
+
+    @abstractmethod
+    async def report(self, job_id: str, progress: dict[str, Any]) -> bool:
+        """Record a queued or running job's progress and heartbeat; False once it ended (its runner should stop)."""
+
+    @abstractmethod
+    async def append_result(self, job_id: str, data: bytes) -> None:
+        """Add a piece to the running job's result; JobConflict once it ended, ResultNotStored (it failed) past
+        the byte limits."""
+
+    @abstractmethod
+    async def succeed_appended(self, job_id: str, content_type: str) -> bool:
+        """Make the pieces appended so far the running job's result; False (a duplicate) if it ended otherwise."""
+
+    @abstractmethod
+    async def open_result(self, job_id: str) -> StoredResult:
+        """The stored result, read in pieces; JobConflict while the job has none."""
+
+    @abstractmethod
+    async def abandon(self, job_id: str, error: str, silent_for_s: float) -> bool:
+        """Fail a queued or running job whose last heartbeat (or start, or creation) is `silent_for_s` old."""
 
     @abstractmethod
     async def usage(self, owner: str) -> Usage:

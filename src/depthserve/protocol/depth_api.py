@@ -21,6 +21,8 @@ MASK, POINTS, RESULT = "mask", "points", "result"
 OUTPUT_FORMATS = ("raw", "npy", "png16", "preview", "ply")
 DEFAULT_RESOLUTION_LEVEL = 9
 CONTENT_TYPE_PARAM = "content_type"
+PRIORITY_PARAM = "priority"
+LOW_PRIORITY = 2  # Triton's numbering: 0 the default, 1 the highest level, larger numbers served later
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,22 @@ def _parse_options(request: pb.ModelInferRequest) -> dict[str, object]:
         "output_format": output_format,
         "apply_mask": apply_mask,
     }
+
+
+def request_priority(request: pb.ModelInferRequest) -> int:
+    """The request's `priority` parameter (0 absent), numbered as Triton does; TensorError unless an integer >= 0."""
+    param = request.parameters.get(PRIORITY_PARAM)
+    if param is None:
+        return 0
+    value = _param_value(param)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TensorError(f"parameter 'priority' must be an integer >= 0 (1 highest, {LOW_PRIORITY}+ low): {value!r}")
+    return value
+
+
+def set_priority(request: pb.ModelInferRequest, priority: int) -> None:
+    """Mark a request with a Triton-style priority (`LOW_PRIORITY` for work that may wait, as video frames)."""
+    request.parameters[PRIORITY_PARAM].int64_param = priority
 
 
 def _read_input(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes) -> bytes | np.ndarray:

@@ -226,3 +226,17 @@ async def test_adaptive_holds_a_partial_batch_when_requests_arrive_fast() -> Non
     await asyncio.gather(first, second)
     assert runner.batches == [[1, 2]]
     batcher.close()
+
+
+async def test_an_image_queued_after_video_frames_runs_before_them() -> None:
+    runner = GatedRunner()
+    batcher = make(runner, FixedPolicy(0.0), max_batch=2, low_priority_delay_s=1.0)
+    running = asyncio.ensure_future(batcher.run(item(0)))  # holds the device
+    await settle()
+    frames = [asyncio.ensure_future(batcher.run(item(n, 96, 128), low=True)) for n in (1, 2, 3)]
+    await settle()
+    image = asyncio.ensure_future(batcher.run(item(9)))
+    await settle()
+    runner.gate.set()
+    await asyncio.gather(running, image, *frames)
+    assert runner.batches == [[0], [9], [1, 2], [3]]  # frames keep batching among themselves, after the image

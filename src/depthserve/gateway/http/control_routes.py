@@ -47,6 +47,13 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "not_ready", "reason": "no_backend", "ready_backends": 0}, 503)
 
 
+def _videos(state: Any) -> dict[str, object] | None:
+    """Videos and their uploads' disk, and the video jobs this gateway holds."""
+    if not hasattr(state, "videos"):
+        return None
+    return {**state.videos.describe(), "jobs": state.video_jobs.running}
+
+
 async def cluster(request: Request) -> Response:
     """Describe policy, admission, retries and every backend: state, weight, load, latency, errors."""
     state = request.app.state
@@ -72,6 +79,7 @@ async def cluster(request: Request) -> Response:
             "backends": state.pool.describe(),
             "scaling": state.metrics.scaling.describe(),
             "jobs": await job_stats(state),
+            "videos": _videos(state),
         }
     )
 

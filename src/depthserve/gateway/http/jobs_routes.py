@@ -9,29 +9,37 @@ behind one proxy address share a scope). With API keys, another caller asking fo
 as for a job that does not exist; without them, the unguessable id is what guards a job. Each caller
 has limits on jobs queued or running and on bytes kept (jobs/quota.py): 429 past its own, 503 past
 the gateway's; DELETE /v1/jobs/{id}/result forgets a fetched result and frees its bytes at once.
+
+A video body makes a video job (video_job_submit.py), run by this gateway: its status shows
+`progress`, and a video job whose gateway fell silent is failed on the next look at it. Results are
+streamed from the store in pieces (a video's may be gigabytes), with their length up front, so a
+result cut short by a delete meanwhile is an incomplete reply, never a shorter file.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from depthserve.gateway.dispatch.forwarding import within_upload_time
+from depthserve.gateway.dispatch.video_jobs import silent_error
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.http.asgi_io import header_map, send_bytes
 from depthserve.gateway.http.depth_route import parse_depth_upload
 from depthserve.gateway.http.error_boundary import ErrorBoundary, request_id_of
+from depthserve.gateway.http.video_job_submit import VideoJobSubmission, is_video_job
 from depthserve.jobs.errors import BrokerUnavailable, JobConflict, JobError, JobNotFound, QuotaExceeded
 from depthserve.jobs.model import Job, valid_job_id
 from depthserve.jobs.payloads import encode_payload
 from depthserve.jobs.service import JobService
+from depthserve.jobs.store import StoredResult
 from depthserve.settings import GatewaySettings
 
 log = logging.getLogger("depthserve.gateway")
@@ -75,10 +83,11 @@ def not_found(job_id: str) -> JobNotFound:
 class SubmitJob:
     """The bare ASGI app behind POST /v1/jobs: check, read the upload, store and publish, answer 202."""
 
-    def __init__(self, settings: GatewaySettings, jobs: JobService, edge: Edge) -> None:
+    def __init__(self, settings: GatewaySettings, jobs: JobService, edge: Edge, videos: VideoJobSubmission) -> None:
         self._settings = settings
         self._jobs = jobs
         self._edge = edge
+        self._videos = videos
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = header_map(scope["headers"])
@@ -93,6 +102,11 @@ class SubmitJob:
             model = query.get("model") or self._settings.model
             key = idempotency_key(headers.get("idempotency-key"))
             scoped_key = None if key is None else f"{owner}:{key}"  # one caller's key never finds another's job
+            video, receive = await is_video_job(headers, receive)
+            if video:
+                job, created = await self._videos.submit(scope, receive, headers, query, owner, scoped_key)
+                await self._accepted(send, job, created, request_id)
+                return
             with self._edge.uploads.lease(owner) as lease:  # counted against its client's budget while read
                 reading = parse_depth_upload(scope, receive, headers, query, self._settings, lease)
                 inputs = await within_upload_time(reading, self._settings.upload_timeout_s)
@@ -104,6 +118,10 @@ class SubmitJob:
                 raise job_error(exc) from None
         except JobError as exc:
             raise job_error(exc) from None
+        await self._accepted(send, job, created, request_id)
+
+    @staticmethod
+    async def _accepted(send: Send, job: Job, created: bool, request_id: str) -> None:
         status_url = f"/v1/jobs/{job.id}"
         body = JSONResponse({"id": job.id, "status_url": status_url, "state": job.state.value}).body
         extra = {"location": status_url, "x-request-id": request_id}
@@ -124,7 +142,17 @@ def _accepts(accept: str | None, content_type: str) -> bool:
     return False
 
 
-def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[Route]:
+async def _exactly(stored: StoredResult) -> AsyncIterator[bytes]:
+    """The result's pieces; one that ends short (deleted while read) raises, so the reply is cut, not shorter."""
+    sent = 0
+    async for piece in stored.chunks:
+        sent += len(piece)
+        yield piece
+    if sent != stored.size:
+        raise JobNotFound(f"the result was deleted while it was read ({sent} of {stored.size} bytes sent)")
+
+
+def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge, videos: VideoJobSubmission) -> list[Route]:
     """The routes of the job API, each behind the API key and rate limit like /v1/depth."""
 
     async def owned(request: Request) -> Job:
@@ -138,6 +166,9 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
         job = await jobs.store.get(job_id)
         if edge.keys.enabled and job.owner != owner:
             raise not_found(job_id)
+        silent_s = settings.job_visibility_timeout_s
+        if job.kind == "video" and not job.final and await jobs.store.abandon(job_id, silent_error(silent_s), silent_s):
+            job = await jobs.store.get(job_id)  # its gateway died with the video: failed now, clearly
         return job
 
     async def status(request: Request) -> Response:
@@ -157,16 +188,19 @@ def job_routes(settings: GatewaySettings, jobs: JobService, edge: Edge) -> list[
             if request.method == "DELETE":
                 await jobs.store.delete(job.id)
                 return Response(status_code=204)
-            data, content_type = await jobs.store.result(job.id)
+            stored = await jobs.store.open_result(job.id)
         except JobError as exc:  # the answer is given by the app's error handlers, as for a GatewayError
             raise job_error(exc) from None
+        content_type = stored.content_type
         if not _accepts(request.headers.get("accept"), content_type):
+            await stored.chunks.aclose()  # type: ignore[attr-defined]  # an async generator: nothing read yet
             message = f"this job's result is {content_type}; choose the format when submitting (Accept or ?format=)"
             return GatewayError(406, "unsupported_format", message).response()
-        return Response(data, 200, media_type=content_type)
+        length = {"content-length": str(stored.size)}
+        return StreamingResponse(_exactly(stored), 200, headers=length, media_type=content_type)
 
     return [
-        Route("/v1/jobs", ErrorBoundary(SubmitJob(settings, jobs, edge), "job submission")),
+        Route("/v1/jobs", ErrorBoundary(SubmitJob(settings, jobs, edge, videos), "job submission")),
         Route("/v1/jobs/{job_id}", status, methods=["GET", "DELETE"]),
         Route("/v1/jobs/{job_id}/result", result, methods=["GET", "DELETE"]),
     ]

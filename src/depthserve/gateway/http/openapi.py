@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from depthserve import __version__
+from depthserve.gateway.http.video_upload import VIDEO_TYPES
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 DEPTH_FORMATS = {
@@ -66,8 +67,8 @@ _ERRORS = {
         (401, "missing or wrong API key"),
         (403, "needs an admin key, or a client on the gateway's machine"),
         (404, "unknown model, version or id"),
-        (413, "body or image too large"),
-        (415, "unsupported content type"),
+        (413, "body or image too large; video: too many frames, pixels or seconds"),
+        (415, "unsupported content type or video codec"),
         (429, "over the rate limit, the caller's job limits or its upload budget (Retry-After)"),
         (503, "no backend, overloaded, the job store or the gateway's upload or reply memory full (Retry-After)"),
         (504, "deadline passed"),
@@ -100,6 +101,105 @@ DETAILS: dict[tuple[str, str], dict[str, Any]] = {
         },
     },
 }
+_VIDEO_UPLOAD = {
+    "required": True,
+    "content": {
+        **{kind: {"schema": {"type": "string", "contentMediaType": kind}} for kind in VIDEO_TYPES},
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["video"],
+                "properties": {
+                    "video": {"type": "string", "contentMediaType": "video/*", "description": "H.264/HEVC/VP8/VP9/AV1"},
+                    "depth": {
+                        "type": "string",
+                        "description": "raw depth per frame: a zip of 16-bit PNGs (mm), or an .npz (frames, H, W) in m",
+                    },
+                    "intrinsics": {"type": "string", "description": "`fx,fy,cx,cy` or a JSON 3x3, pixels"},
+                },
+            }
+        },
+    },
+}
+_VIDEO_QUERY = [
+    _QUERY[0],
+    _QUERY[1],
+    {
+        "name": "stride",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "default": 1},
+        "description": "every n-th frame",
+    },
+    {
+        "name": "max_frames",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1},
+        "description": "stop after n frames",
+    },
+    {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["zip", "npz", "mp4"], "default": "zip"}},
+    {
+        "name": "dtype",
+        "in": "query",
+        "schema": {"type": "string", "enum": ["float16", "float32"], "default": "float16"},
+    },
+]
+VIDEO_FORMATS = {
+    "application/zip": "depth_000000.png ... (16-bit PNG, mm, 0 = invalid), then frames.csv (position, frame, time_s)",
+    "application/x-npz": "depth.npy (N, H, W) m, float16 (or dtype=float32), +inf masked; timestamps.npy; frames.npy",
+    "video/mp4": "turbo-coloured preview, H.264 in fragmented MP4, one frame per frame taken",
+}
+DETAILS[("/v1/depth/video", "post")] = {
+    "summary": "Depth for every frame of a video, streamed back in frame order as frames finish.",
+    "parameters": _VIDEO_QUERY,
+    "requestBody": _VIDEO_UPLOAD,
+    "responses": {
+        "200": {
+            "description": "the frames' depth, in the format chosen by Accept or ?format= (X-Video-Frames: how many); "
+            "a failure after the first frame cuts the stream short (HTTP/2 reset), never closes it as complete",
+            "content": {k: {"schema": {"type": "string", "description": v}} for k, v in VIDEO_FORMATS.items()},
+        },
+        **_ERRORS,
+        "406": {"description": "no output format for Accept", "content": {"application/json": {"schema": ERROR}}},
+    },
+}
+_JOB_FORMATS = ["npy", "png", "preview", "ply", "zip", "npz", "mp4"]
+DETAILS[("/v1/jobs", "post")] = {
+    "summary": "Accept a depth request (an image, or a video) as an asynchronous job; answers at once with its id.",
+    "description": "A video body (a video content type, or multipart whose first part is `video`) makes a video "
+    "job: probed at once (400/413/415 here), run by this gateway frame by frame, its progress in the job's "
+    "status, its result in the format asked (zip, npz, mp4).",
+    "parameters": [
+        *(p for p in _QUERY if p["name"] not in ("X-Request-Timeout", "format")),
+        {"name": "format", "in": "query", "schema": {"type": "string", "enum": _JOB_FORMATS}},
+        *(p for p in _VIDEO_QUERY if p["name"] in ("stride", "max_frames", "dtype")),
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            **_UPLOAD["content"],  # type: ignore[dict-item]
+            **_VIDEO_UPLOAD["content"],  # type: ignore[dict-item]
+            "multipart/form-data": {
+                "schema": {
+                    "oneOf": [
+                        _UPLOAD["content"]["multipart/form-data"]["schema"],  # type: ignore[index]
+                        _VIDEO_UPLOAD["content"]["multipart/form-data"]["schema"],  # type: ignore[index]
+                    ]
+                }
+            },
+        },
+    },
+    "responses": DETAILS[("/v1/jobs", "post")]["responses"],
+}
+DETAILS[("/v1/jobs/{job_id}", "get")] = {
+    "summary": "Describe a job: state, attempts, timestamps, error; a video job's progress.",
+    "responses": {
+        "200": {
+            "description": "the job",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}},
+        },
+        **_ERRORS,
+    },
+}
 SCHEMAS = {
     "Error": {
         "type": "object",
@@ -110,6 +210,28 @@ SCHEMAS = {
         "type": "object",
         "required": ["id", "status_url"],
         "properties": {"id": {"type": "string"}, "status_url": {"type": "string"}},
+    },
+    "Job": {
+        "type": "object",
+        "required": ["id", "state", "kind"],
+        "properties": {
+            "id": {"type": "string"},
+            "state": {"type": "string", "enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+            "kind": {"type": "string", "enum": ["depth", "video"]},
+            "error": {"type": ["string", "null"]},
+            "result_url": {"type": "string"},
+            "content_type": {"type": "string"},
+            "progress": {
+                "type": "object",
+                "description": "video jobs, updated about once a second while they run",
+                "properties": {
+                    "frames_done": {"type": "integer"},
+                    "frames_total": {"type": "integer", "description": "known from the probe at submission"},
+                    "fps": {"type": ["number", "null"]},
+                    "eta_s": {"type": ["number", "null"]},
+                },
+            },
+        },
     },
 }
 _PARAM = re.compile(r"\{([^}:]+)(:[^}]*)?\}")

@@ -39,6 +39,7 @@ class Batcher:
         max_batch: int,
         max_batch_pixels: int,
         queue_limit: int,
+        low_priority_delay_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         stats: BatchStats | None = None,
         on_computed: Callable[[int], None] | None = None,
@@ -54,7 +55,7 @@ class Batcher:
         self._device = device
         self._policy = policy
         self._max_pixels = max_batch_pixels
-        self._queue = BatchQueue(queue_limit)
+        self._queue = BatchQueue(queue_limit, low_priority_delay_s)
         self._on_computed = on_computed or (lambda n: None)
         self._batches: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -70,14 +71,14 @@ class Batcher:
         """Most requests that may wait before the next one is refused."""
         return self._queue.limit
 
-    async def run(self, prepared: Prepared, deadline: float | None = None) -> Outputs:
-        """Queue one request (deadline on `clock`), wait for its batch, and give its outputs or raise its error."""
+    async def run(self, prepared: Prepared, deadline: float | None = None, low: bool = False) -> Outputs:
+        """Queue one request (deadline on `clock`; `low`: low priority), wait for its batch, give its outputs."""
         now = self.clock()
         if deadline is not None and deadline <= now:
             raise TimeoutError("deadline passed before the request was queued; not computed")
         key = batch_key(prepared)
         item = Waiting(prepared, key, now, deadline, asyncio.get_running_loop().create_future())
-        self._queue.add(item)
+        self._queue.add(item, low)
         self.stats.arrived(key, now)
         try:
             self.pump()
@@ -121,6 +122,7 @@ class Batcher:
             deadline=min(deadlines) if deadlines else None,
             curve=self.stats.curve(key),
             rate=self.stats.rate(key, now),
+            rank=self._queue.rank(key),
         )
 
     def _arm(self, at: float) -> None:
@@ -188,5 +190,6 @@ def make_batcher(
         max_batch=settings.max_batch_size,
         max_batch_pixels=settings.max_batch_pixels,
         queue_limit=settings.queue_limit,
+        low_priority_delay_s=settings.low_priority_delay_ms / 1000.0,
         on_computed=on_computed,
     )

@@ -24,6 +24,12 @@ class GroupView:
     deadline: float | None  # earliest deadline among them, None when none has one
     curve: Curve | None  # measured service time, None before any batch ran
     rate: float  # arrivals of this key per second, 0.0 when unknown
+    rank: float | None = None  # best rank of its requests (arrival, later for low priority; queue.py), else oldest_at
+
+    @property
+    def order(self) -> float:
+        """Among ready groups the one lowest in this order runs first."""
+        return self.oldest_at if self.rank is None else self.rank
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ def group_limit(max_batch: int, max_batch_pixels: int, item_pixels: int) -> int:
 
 
 def plan_groups(now: float, groups: Sequence[GroupView], hold_s: dict[Hashable, float]) -> Plan:
-    """Run the ready group whose oldest request came first; a group is ready when full or held long enough.
+    """Run the ready group ranked first (oldest, low priority later); a group is ready when full or held long enough.
 
     A group is held for `hold_s[key]` after its oldest arrival, but never so long that a deadline inside it
     would pass before its batch could finish (by the measured curve).
@@ -65,7 +71,7 @@ def plan_groups(now: float, groups: Sequence[GroupView], hold_s: dict[Hashable, 
             service = group.curve.time(count) if group.curve is not None else 0.0
             due = min(due, group.deadline - service)
         if due <= now:
-            if chosen is None or group.oldest_at < chosen.oldest_at:
+            if chosen is None or group.order < chosen.order:
                 chosen = group
         elif wake_at is None or due < wake_at:
             wake_at = due
