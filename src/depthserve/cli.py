@@ -187,6 +187,29 @@ def up(
 
 
 @app.command()
+def sim(
+    scenario: Annotated[str, typer.Argument(help="scenario YAML, or a shipped one (four_workers, drift, ...)")],
+    policy: Annotated[str | None, typer.Option(help="run this one policy (e.g. learned, p2c, score@auto)")] = None,
+    compare: Annotated[
+        str | None, typer.Option(help="policies to run on the same arrivals, comma-separated [the scenario's]")
+    ] = None,
+    load: Annotated[str | None, typer.Option(help="offered loads, shares of capacity: 0.5,0.8 [scenario's]")] = None,
+    duration: Annotated[float | None, typer.Option(help="simulated seconds [scenario's]", min=0.1)] = None,
+    out: Annotated[Path | None, typer.Option(help="folder for table.md, results.json and the PNG plots")] = None,
+) -> None:
+    """Simulate a fleet: the real gateway core on a virtual clock in front of simulated GPU workers."""
+    from rich.console import Console
+
+    from depthserve.sim.command import main as simulate
+
+    try:
+        code = simulate(scenario, policy or compare, load, duration, out, Console(width=max(Console().width, 150)))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    raise typer.Exit(code)
+
+
+@app.command()
 def predict(
     image: Annotated[
         Path, typer.Argument(help="RGB image (PNG/JPEG/WebP) or video (MP4/WebM/MOV)", exists=True, dir_okay=False)

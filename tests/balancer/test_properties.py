@@ -28,6 +28,7 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("consistent_hash", {"algorithm": "maglev", "table_size": 251, "bounded_load": 1.5}),
     ("ip_hash", {}),
     ("ip_hash", {"algorithm": "maglev", "table_size": 13}),
+    ("learned", {}),
 ]
 TIGHT = {"max_temp_c": 60, "max_mem_fraction": 0.5}
 

@@ -17,6 +17,7 @@ NAMES = [
     "score",
     "consistent_hash",
     "ip_hash",
+    "learned",
 ]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from depthserve.balancer.policies.consistent_hash import ConsistentHash
 from depthserve.balancer.policies.ip_hash import IpHash
+from depthserve.balancer.policies.learned import Learned
 from depthserve.balancer.policies.least_connections import LeastConnections
 from depthserve.balancer.policies.least_latency import LeastLatency
 from depthserve.balancer.policies.p2c import PowerOfTwoChoices
@@ -28,6 +29,7 @@ _FACTORIES: dict[str, type[PolicyFactory]] = {
         Score,
         ConsistentHash,
         IpHash,
+        Learned,
     )
 }
 

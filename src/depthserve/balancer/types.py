@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from depthserve.protocol.load_report import LoadReport
 
@@ -130,6 +130,16 @@ class Policy(Protocol):
         A pick costs O(limit) where the policy allows (round robin, p2c, hashing), so a request's policy
         work does not grow with the pool.
         """
+        ...
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A policy that learns from how its picks ended; the gateway tells it on every call's outcome path."""
+
+    def observe(self, backend: str, ok: bool, latency_ms: float, backlog: int, now: float) -> None:
+        """One call on `backend` ended: with a reply after `latency_ms` (ok) or the backend's failure;
+        `backlog` is the gateway's in-flight count there as it ended."""
         ...
 
 

@@ -50,6 +50,7 @@ class RunResult:
     kinds: dict[str, str] = field(default_factory=dict)  # worker -> kind
     wall_s: float = 0.0
     events: list[str] = field(default_factory=list)
+    requests: int = 0  # every request simulated, the warm-up's too
 
 
 def policy_settings(scenario: Scenario, policy: str) -> tuple[GatewaySettings, bool]:
@@ -124,9 +125,11 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     running: set[asyncio.Task[None]] = set()
     source = enumerate(arrivals(scenario, load))
     arrived = loop.create_future()
+    started = [0]
 
     def start(number: int, arrival: Arrival) -> None:
         """Send one request now, and put the next arrival on the clock (one timer per request, no sleeper)."""
+        started[0] += 1
         if arrival.at >= warmup:
             stats.sent += 1
         task = loop.create_task(one(arrival, number))
@@ -158,6 +161,7 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
         core.dispatcher.stalls.resent,
         wall_s=wall,
         events=world.log,
+        requests=started[0],
     )
     end = loop.time()
     for address, worker in world.workers.items():

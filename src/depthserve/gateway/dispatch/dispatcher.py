@@ -12,11 +12,11 @@ at its cap waits in the gateway, oldest first, for the first backend to free a s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.balancer.types import Policy, RequestInfo, Snapshot, View
+from depthserve.balancer.types import Learner, Policy, RequestInfo, Snapshot, View
 from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.attempts import AttemptFailed, Attempts, deadline_error
 from depthserve.gateway.dispatch.latency_window import LatencyWindow
@@ -66,11 +66,24 @@ class Dispatcher:
         self.stalls = StallWatch()
         pool.stall_listeners.append(self.stalls.stalled)
         pool.outcome_listeners.append(self._observed)
+        for learner in {id(p): p for p in (default_policy, *self.policies.values())}.values():
+            if isinstance(learner, Learner):  # it learns from how calls end: tell it each time
+                pool.outcome_listeners.append(self._teacher(learner))
 
     def _observed(self, backend: Backend, outcome: Outcome, latency_ms: float) -> None:
         """Keep every successful call's latency, for the hedge's p95."""
         if outcome is Outcome.OK:
             self.latencies.add(latency_ms)
+
+    def _teacher(self, learner: Learner) -> Callable[[Backend, Outcome, float], None]:
+        """An outcome listener feeding one learning policy the ends of calls that say something."""
+        clock = self.pool.clock
+
+        def teach(backend: Backend, outcome: Outcome, latency_ms: float) -> None:
+            if outcome is not Outcome.ABANDONED:
+                learner.observe(backend.address, outcome is Outcome.OK, latency_ms, backend.stats.in_flight, clock())
+
+        return teach
 
     def policy_for(self, model: str) -> Policy:
         """The policy configured for a model, or the default one."""

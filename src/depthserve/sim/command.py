@@ -1,0 +1,98 @@
+"""`depthserve sim SCENARIO.yaml`: run the scenario's policies at its loads, show a table, write plots."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from depthserve.sim import report
+from depthserve.sim.runner import RunResult, run
+from depthserve.sim.scenario import Scenario, load_scenario, shipped_scenarios
+
+
+def resolve(name: str) -> Path:
+    """A scenario file, or the name of a shipped one (`depthserve sim four_workers`)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    shipped = shipped_scenarios()
+    if name in shipped:
+        return shipped[name]
+    raise ValueError(f"no scenario file {name!r}, and no shipped scenario of that name; shipped: {', '.join(shipped)}")
+
+
+def run_all(scenario: Scenario, policies: Sequence[str], loads: Sequence[float], console: Console) -> list[RunResult]:
+    """Every policy at every load, on the same arrivals per load, with a progress bar."""
+    results = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(scenario.name, total=len(policies) * len(loads))
+        for load in loads:
+            for policy in policies:
+                progress.update(task, description=f"{scenario.name}: {policy} at {load:.0%}")
+                results.append(run(scenario, policy, load))
+                progress.advance(task)
+    return results
+
+
+def summary(results: Sequence[RunResult]) -> dict[str, object]:
+    """The figures as JSON, for scripts and the benchmarks page."""
+    return {
+        "runs": [
+            {
+                "policy": r.policy,
+                "load": r.load,
+                "sent": r.stats.sent,
+                "ok": r.stats.ok,
+                "failed": dict(r.stats.failed),
+                "p50_ms": r.stats.latency.quantile(0.5),
+                "p95_ms": r.stats.latency.quantile(0.95),
+                "p99_ms": r.stats.latency.quantile(0.99),
+                "goodput_rps": r.stats.within_slo / r.measured_s,
+                "retries": r.retries,
+                "hedges": r.hedges,
+                "wall_s": round(r.wall_s, 2),
+                "events": r.events,
+            }
+            for r in results
+        ]
+    }
+
+
+def main(
+    name: str,
+    policies: str | None,
+    loads: str | None,
+    duration_s: float | None,
+    out: Path | None,
+    console: Console,
+) -> int:
+    """Run, print the table, and write table, JSON and plots under `out`; the exit code."""
+    scenario = load_scenario(resolve(name))
+    if duration_s is not None:
+        scenario = scenario.model_copy(update={"duration_s": duration_s})
+    chosen = [p.strip() for p in policies.split(",")] if policies else scenario.policies
+    sweep = [float(x) for x in loads.split(",")] if loads else scenario.offered_loads()
+    started = time.perf_counter()
+    results = run_all(scenario, chosen, sweep, console)
+    wall = time.perf_counter() - started
+    simulated = sum(r.requests for r in results) or 1
+    console.print(report.table(results, f"{scenario.name}: {scenario.workers} workers, {scenario.duration_s:g} s"))
+    console.print(f"{simulated:,} requests simulated in {wall:.1f} s ({simulated / wall:,.0f} a second)")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table.md").write_text(report.markdown(results))
+        (out / "results.json").write_text(json.dumps(summary(results), indent=2))
+        if len(sweep) > 1:
+            report.plot_latency_against_load(results, out / "latency_vs_load.png", scenario.name)
+        if scenario.events:
+            at_load = [r for r in results if r.load == sweep[-1]]
+            events = sorted({e.at_s for e in scenario.events})
+            report.plot_timeline(at_load, out / "timeline.png", f"{scenario.name} at {sweep[-1]:.0%}", events)
+        console.print(f"written to {out}")
+    return 0

@@ -1,0 +1,45 @@
+"""`depthserve sim`: a shipped scenario by name, a table on the terminal, table, JSON and plots on disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_a_shipped_scenario_runs_and_writes_its_table_results_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "depthserve", "sim", "four_workers", "--compare", "round_robin,least_latency",
+         "--load", "0.5,0.8", "--duration", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "least_latency" in done.stdout and "p99 ms" in done.stdout and "requests simulated" in done.stdout
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert [(r["policy"], r["load"]) for r in runs] == [
+        ("round_robin", 0.5), ("least_latency", 0.5), ("round_robin", 0.8), ("least_latency", 0.8)
+    ]  # fmt: skip
+    assert all(r["sent"] == r["ok"] + sum(r["failed"].values()) for r in runs)
+    assert (out / "table.md").read_text().startswith("| policy |")
+    assert (out / "latency_vs_load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_timeline_is_drawn_around_events_and_a_bad_name_is_one_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "kill.yaml"
+    scenario.write_text(
+        "fleet: [{kind: A100, count: 3}]\nduration_s: 6\nwarmup_s: 1\nload: 0.5\n"
+        "events: [{at_s: 3, action: kill, workers: [1]}]\npolicies: [p2c]\n"
+    )
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "depthserve", "sim", str(scenario), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    missing = subprocess.run(
+        [sys.executable, "-m", "depthserve", "sim", "no_such_scenario"], capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 2 and "shipped:" in missing.stderr and "Traceback" not in missing.stderr

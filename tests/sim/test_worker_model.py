@@ -1,0 +1,63 @@
+"""The simulated worker: batches by token grid, a + b*n service times at its speed, a bounded queue."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from depthserve.sim.worker_model import GpuKind, Job, ServiceModel, SimWorker
+from depthserve.testing import virtual_time
+
+
+def worker(**fields: object) -> SimWorker:
+    service = ServiceModel(fixed_s=0.010, per_cost_s=0.005, sigma=0.0, network_s=0.0)
+    return SimWorker("w:1", GpuKind("A100", speed=2.0), service, **fields)  # type: ignore[arg-type]
+
+
+def test_a_batch_costs_fixed_plus_per_cost_at_the_workers_speed_and_groups_one_grid() -> None:
+    async def main() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        sim = worker(max_batch=4)
+        done: list[tuple[str, float]] = []
+        for name, grid in (("a", 9), ("b", 9), ("c", 0), ("d", 9)):
+            future = loop.create_future()
+            future.add_done_callback(lambda _, n=name: done.append((n, loop.time())))
+            assert sim.submit(Job(1.0, grid, future, loop.time()), loop)
+        await asyncio.sleep(1.0)
+        return done
+
+    done = virtual_time.run(main())
+    # a runs alone (the queue was empty), then b and d share grid 9; c's grid waits its turn.
+    assert [name for name, _ in done] == ["a", "b", "d", "c"]
+    times = dict(done)
+    assert times["a"] == pytest.approx((0.010 + 0.005) / 2.0)
+    assert times["d"] - times["a"] == pytest.approx((0.010 + 0.005 * 2) / 2.0)
+
+
+def test_a_full_queue_refuses_and_a_report_says_how_full_it_is() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        sim = worker(max_batch=1, queue_limit=2)
+        accepted = [sim.submit(Job(1.0, 0, loop.create_future(), 0.0), loop) for _ in range(4)]
+        assert accepted == [True, True, True, False]  # one running, two queued, the fourth refused
+        report = sim.report(loop.time())
+        assert (report.queue, report.queue_limit, report.running) == (2, 2, 1)
+
+    virtual_time.run(main())
+
+
+def test_a_hung_worker_never_answers_and_its_noise_is_seeded() -> None:
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        sim = worker(hung=True)
+        future = loop.create_future()
+        sim.submit(Job(1.0, 0, future, 0.0), loop)
+        await asyncio.sleep(60.0)
+        return future.done()
+
+    assert virtual_time.run(main()) is False
+    noisy = ServiceModel(0.01, 0.0, sigma=1.0)
+    first = [noisy.time(1.0, 1.0, random.Random(3)) for _ in range(5)]
+    assert first == [noisy.time(1.0, 1.0, random.Random(3)) for _ in range(5)]
