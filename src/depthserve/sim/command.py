@@ -84,6 +84,10 @@ def main(
     simulated = sum(r.requests for r in results) or 1
     console.print(report.table(results, f"{scenario.name}: {scenario.workers} workers, {scenario.duration_s:g} s"))
     console.print(f"{simulated:,} requests simulated in {wall:.1f} s ({simulated / wall:,.0f} a second)")
+    bursts = scenario.arrivals.bursts
+    for result in results:
+        for line in report.scaling_summary(result, bursts[0].at_s if bursts else None):
+            console.print(line)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(report.markdown(results))
@@ -94,5 +98,9 @@ def main(
             at_load = [r for r in results if r.load == sweep[-1]]
             events = sorted({e.at_s for e in scenario.events})
             report.plot_timeline(at_load, out / "timeline.png", f"{scenario.name} at {sweep[-1]:.0%}", events)
+        for result in results:
+            if result.scaling is not None:
+                name = f"scaling_{result.policy}_{round(result.load * 100)}.png"
+                report.plot_scaling(result, out / name, f"{scenario.name}: {result.policy}")
         console.print(f"written to {out}")
     return 0

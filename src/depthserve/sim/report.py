@@ -126,3 +126,50 @@ def plot_timeline(results: Sequence[RunResult], path: Path, title: str, events: 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def scaling_summary(result: RunResult, burst_at: float | None) -> list[str]:
+    """How the autoscaler followed the load: reaction to a burst, peak, and the GPU time it paid for."""
+    log = result.scaling
+    if log is None or not log.steps:
+        return []
+    first = log.steps[0]
+    lines = [f"autoscaling: {log.added} workers added, {log.drained} drained; started at {first.serving} serving"]
+    if burst_at is not None:
+        asked = next((s for s in log.steps if s.at >= burst_at and s.desired > first.desired), None)
+        peak = max(log.steps, key=lambda s: s.desired)
+        served = next((s for s in log.steps if s.at >= burst_at and s.serving >= peak.desired), None)
+        if asked is not None:
+            lines.append(f"  asked for more {asked.at - burst_at:.1f} s after the burst; peak desired {peak.desired}")
+        if served is not None:
+            lines.append(f"  {peak.desired} serving {served.at - burst_at:.1f} s after the burst")
+    idle = max(0.0, log.worker_seconds - result.busy_s)
+    share = idle / log.worker_seconds if log.worker_seconds else 0.0
+    lines.append(f"  GPU time {log.worker_seconds:,.0f} worker-s, of it idle {idle:,.0f} ({share:.0%})")
+    return lines
+
+
+def plot_scaling(result: RunResult, path: Path, title: str) -> None:
+    """Serving, warming and desired workers, and the demand, through the run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = result.scaling
+    if log is None:
+        return
+    times = [s.at for s in log.steps]
+    figure, axis = plt.subplots(figsize=(10, 4))
+    axis.plot(times, [s.serving for s in log.steps], label="serving")
+    axis.plot(times, [s.serving + s.warming for s in log.steps], label="serving + warming", linestyle=":")
+    axis.plot(times, [s.desired for s in log.steps], label="desired (signal)", linestyle="--")
+    axis.plot(times, [s.demand for s in log.steps], label="demand at target", linewidth=0.8)
+    axis.set_xlabel("simulated time, s")
+    axis.set_ylabel("workers")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

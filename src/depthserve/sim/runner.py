@@ -24,6 +24,7 @@ from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.transport import InferRequest
 from depthserve.settings import GatewaySettings
 from depthserve.sim.arrivals import Arrival, arrivals
+from depthserve.sim.autoscaler import ScalingLog, SimAutoscaler
 from depthserve.sim.scenario import Scenario
 from depthserve.sim.sim_transport import COST, GRID
 from depthserve.sim.stats import RunStats
@@ -51,6 +52,8 @@ class RunResult:
     wall_s: float = 0.0
     events: list[str] = field(default_factory=list)
     requests: int = 0  # every request simulated, the warm-up's too
+    scaling: ScalingLog | None = None  # what the autoscaler saw and did, when the scenario has one
+    busy_s: float = 0.0  # all workers' busy time together
 
 
 def policy_settings(scenario: Scenario, policy: str) -> tuple[GatewaySettings, bool]:
@@ -95,6 +98,8 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     for worker in world.workers.values():
         pool.add(world.spec(worker))
     await pool.start()
+    autoscaler = SimAutoscaler(scenario.autoscale, world, core, settings) if scenario.autoscale else None
+    scaling = None if autoscaler is None else loop.create_task(autoscaler.run(scenario.duration_s))
     gc.freeze()  # the world and the gateway built so far live through the run
     world.schedule(loop, lambda worker: None if pool.add(world.spec(worker)) else None)
     stats = RunStats()
@@ -149,6 +154,8 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     await arrived
     if running:
         await asyncio.wait(running)
+    if scaling is not None:
+        scaling.cancel()
     wall = time.perf_counter() - wall
     result = RunResult(
         policy,
@@ -162,10 +169,12 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
         wall_s=wall,
         events=world.log,
         requests=started[0],
+        scaling=None if autoscaler is None else autoscaler.log,
     )
     end = loop.time()
     for address, worker in world.workers.items():
         result.served_by_kind[worker.kind.name] += worker.served
+        result.busy_s += worker.busy_s
         result.utilisation[address] = min(1.0, worker.busy_s / max(end, 1e-9))
         result.kinds[address] = worker.kind.name
     await pool.close()

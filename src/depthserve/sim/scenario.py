@@ -108,6 +108,14 @@ class Event(Strict):
     share: float = Field(0.3, gt=0, le=1, description="drift: share of workers whose speed changes each time")
 
 
+class AutoscaleModel(Strict):
+    """The simulated cluster follows the gateway's scaling signal (its bounds and windows: `gateway: scale_*`)."""
+
+    kind: str = Field("A100", description="the kind of worker added")
+    interval_s: float = Field(1.0, gt=0, description="how often the signal is read and acted on")
+    warmup_s: float = Field(20.0, ge=0, description="a new worker is NOT_SERVING this long (model load, warm-up)")
+
+
 class Scenario(Strict):
     """One simulated world; `policies` run on the same arrivals (common random numbers)."""
 
@@ -126,6 +134,7 @@ class Scenario(Strict):
     slo_s: float = Field(1.0, gt=0, description="goodput counts replies within this")
     gateway: dict[str, Any] = Field(default_factory=dict, description="gateway settings, as in its YAML config")
     events: list[Event] = Field(default_factory=list)
+    autoscale: AutoscaleModel | None = None
     policies: list[str] = Field(default_factory=lambda: ["round_robin", "p2c"])
 
     @model_validator(mode="after")

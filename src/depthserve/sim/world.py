@@ -34,6 +34,10 @@ class World:
         for entry in scenario.fleet:
             self._create(entry, entry.count, ready_at=0.0)
 
+    def join(self, entry: FleetEntry, ready_at: float) -> list[SimWorker]:
+        """New workers of an entry (an event or the autoscaler), serving from `ready_at`."""
+        return self._create(entry, entry.count, ready_at)
+
     def _create(self, entry: FleetEntry, count: int, ready_at: float) -> list[SimWorker]:
         kind = GpuKind(entry.kind, entry.resolved_speed(), entry.resolved_memory_gb())
         model = self.scenario.worker
