@@ -261,7 +261,7 @@ def test_grpc_bad_requests_get_invalid_argument(
             400,
             "does not fit int64",
         ),
-        (gzip.compress(b"{}") + b"trailing", {"Content-Encoding": "gzip"}, 400, "trailing data"),
+        (gzip.compress(b"{}", mtime=0) + b"trailing", {"Content-Encoding": "gzip"}, 400, "trailing data"),
     ],
 )
 def test_raw_rest_errors_are_json_with_a_message(
