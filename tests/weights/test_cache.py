@@ -41,7 +41,8 @@ def test_only_owner_slash_name_is_a_repo_id(text: str) -> None:
 
 def test_worker_names_the_resolved_checkpoint_when_it_is_missing(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "depthserve", "worker", "--model", "vitl14", "--checkpoint", "model.pt"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60, env=dict(os.environ))
+    env = {**os.environ, "COLUMNS": "400"}  # rich's error panel wraps at its width, even inside a long path
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60, env=env)
     assert done.returncode == 2
     assert str(tmp_path / "model.pt") in " ".join(done.stderr.split()).replace("│ ", "").replace(" │", "")
 
