@@ -226,3 +226,17 @@ async def test_adaptive_holds_a_partial_batch_when_requests_arrive_fast() -> Non
     await asyncio.gather(first, second)
     assert runner.batches == [[1, 2]]
     batcher.close()
+
+
+async def test_without_batching_requests_of_any_size_run_one_at_a_time_oldest_first() -> None:
+    runner = GatedRunner()
+    batcher = make(runner, max_batch=1)
+    sizes = [(48, 64), (64, 48), (48, 64), (96, 128)]
+    pending = [asyncio.ensure_future(batcher.run(item(tag, *size))) for tag, size in enumerate(sizes)]
+    await settle()
+    assert runner.batches == [[0]] and batcher.waiting == 3  # the device runs one; the rest wait their turn
+    runner.gate.set()
+    results = await asyncio.gather(*pending)
+    assert runner.batches == [[0], [1], [2], [3]]  # arrival order across sizes, never grouped
+    assert [int(r["tag"]) for r in results] == [0, 1, 2, 3] and batcher.last_batch_size == 1
+    batcher.close()
