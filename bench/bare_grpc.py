@@ -2,9 +2,11 @@
 
 It parses each request as a real server must (protobuf, the PNG's size from its header) and answers
 the reply the synthetic worker would send for that size and format, built once and cached, so what
-it costs per request is grpc.aio itself. `bench/cpu_cost.py` runs it beside the worker.
+it costs per request is grpc.aio itself. With `tiny`, it runs the tiny model instead (decode, one
+forward pass on one thread, npy out), as a bare server of that model would. `bench/cpu_cost.py` runs
+it beside the worker.
 
-    python bench/bare_grpc.py PORT
+    python bench/bare_grpc.py PORT [tiny]
 """
 
 from __future__ import annotations
@@ -24,9 +26,20 @@ from depthserve.worker.runners.synthetic import _all_valid, plausible_depth
 _replies: dict[tuple[int, int, str], bytes] = {}
 
 
+_model: list[Any] = []
+
+
 async def _reply(request: bytes, context: Any) -> bytes:
     message = pb.ModelInferRequest.FromString(request)
     (image,) = deserialize_bytes(message.raw_input_contents[0], 1)
+    if _model:
+        from depthserve.codec import decode_image
+        from depthserve.model.runner import predict
+
+        depth = predict(_model[0], decode_image(image))["depth"]
+        return build_encoded_response(
+            message.model_name, "", encode_npy(depth), "application/x-npy"
+        ).SerializeToString()
     width, height = struct.unpack(">II", image[16:24])  # the PNG's IHDR
     fmt = message.parameters["format"].string_param if "format" in message.parameters else "raw"
     key = (width, height, fmt)
@@ -55,4 +68,12 @@ async def serve(port: int) -> None:
 if __name__ == "__main__":
     import uvloop
 
+    if sys.argv[2:] == ["tiny"]:
+        import torch
+
+        from depthserve.model import load_model
+
+        torch.set_num_threads(1)
+        torch.set_grad_enabled(False)
+        _model.append(load_model("tiny"))
     uvloop.run(serve(int(sys.argv[1])))

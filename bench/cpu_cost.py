@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from h2load_runner import LoadResult, require_h2load, run_h2load  # noqa: E402
 from overhead import check_grpc, grpc_frame, oip_rest_body  # noqa: E402
 
-from depthserve.probes import free_port  # noqa: E402
+from depthserve.probes import free_port, grpc_serving, http_ready  # noqa: E402
 from depthserve.protocol.depth_api import DepthInputs, build_request  # noqa: E402
-from depthserve.testing.processes import descendants, start_gateway, start_worker  # noqa: E402
+from depthserve.testing.processes import Proc, descendants, wait_until  # noqa: E402
 from depthserve.testing.samples import png_bytes, seeded_image  # noqa: E402
 
 SERVER_CORE, CLIENT_CORE = "0", 1
@@ -127,16 +127,33 @@ def profile(target: Target, requests: int, streams: int, pids: dict[str, int], o
         recorder.wait(30)
 
 
+def start(logs: Path, args: list[str], pin: list[str]) -> tuple[Proc, str]:
+    """Start `depthserve ARGS` pinned (with only what every tree has, so an older tree can be measured too).
+
+    Gives the process and its address: HOST:PORT of a worker, the URL of a gateway, once it serves.
+    """
+    port = args[args.index("--port") + 1]
+    proc = Proc(args, logs / f"{args[0]}-{port}.log", prefix=pin)
+    if args[0] == "worker":
+        address = f"127.0.0.1:{port}"
+        wait_until(lambda: grpc_serving(address), proc)
+        return proc, address
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: http_ready(url), proc)
+    return proc, url
+
+
 def _accepts(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_bare(port: int, pin: list[str], log: Path) -> subprocess.Popen[bytes]:
+def start_bare(port: int, pin: list[str], log: Path, model: str) -> subprocess.Popen[bytes]:
     """Start bench/bare_grpc.py pinned beside the servers; give it once it serves."""
     script = str(Path(__file__).with_name("bare_grpc.py"))
+    extra = [] if model == "synthetic" else [model]
     with log.open("wb") as out:
-        proc = subprocess.Popen([*pin, sys.executable, script, str(port)], stdout=out, stderr=out)
+        proc = subprocess.Popen([*pin, sys.executable, script, str(port), *extra], stdout=out, stderr=out)
     deadline = time.monotonic() + 30
     while not _accepts(port):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -160,7 +177,8 @@ def print_table(rows: list[tuple[str, int, int, list[Leg]]]) -> None:
     for size, streams, round_number, legs in rows:
         by_name = {leg.name: leg for leg in legs}
         for leg in legs:
-            base = by_name["bare npy"] if leg.name in ("bare npy", "worker npy", "/v1/depth") else by_name["bare raw"]
+            npy = leg.name in ("bare npy", "worker npy", "/v1/depth")
+            base = by_name["bare npy"] if npy else by_name["bare raw"]
             cpu = [f"{leg.cpu_us[name]:,.0f}" for name in ("bare", "worker", "gateway")]
             print(
                 f"| {size} | {streams} | {round_number} | {leg.name} | {leg.load.rps:,.0f} | {leg.load.p50_ms:.2f} |"
@@ -177,6 +195,9 @@ def main() -> None:
     parser.add_argument("--legs", default="", help="only these legs (comma-separated names), default all")
     parser.add_argument("--profile", type=Path, help="also record py-spy profiles of the gateway legs here")
     parser.add_argument("--gateway-args", default="", help="extra gateway flags, space-separated")
+    parser.add_argument(
+        "--model", default="synthetic", choices=["synthetic", "tiny"], help="tiny: a real model, npy legs"
+    )
     args = parser.parse_args()
     require_h2load()
     os.environ.update(MALLOC)  # children inherit identical allocator settings
@@ -185,20 +206,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         bare_port = free_port()
-        bare = start_bare(bare_port, pin, logs / "bare.log")
-        worker, address = start_worker(logs, "--model", "synthetic", "--synthetic-ms", "0", prefix=pin)
+        bare = start_bare(bare_port, pin, logs / "bare.log", args.model)
+        model = ["--model", "synthetic", "--synthetic-ms", "0"] if args.model == "synthetic" else ["--model", "tiny"]
+        threads = [] if args.model == "synthetic" else ["--threads", "1"]  # one core, as the bare server
+        worker, address = start(logs, ["worker", "--port", str(free_port()), *model, *threads], pin)
         grpc_port = free_port()
         extra = ["--grpc-port", str(grpc_port), *args.gateway_args.split()]
-        gateway, url = start_gateway(logs, [address], *extra, prefix=pin)
+        gateway_port = free_port()
+        gateway, url = start(logs, ["gateway", "--port", str(gateway_port), "--backends", address, *extra], pin)
         try:
             bare_address = f"127.0.0.1:{bare_port}"
             pids = {"bare": bare.pid, "worker": worker.pid, "gateway": gateway.pid}
-            probe = build_request("lingbot-depth", DepthInputs(image=png_bytes(seeded_image(8, 8)))).SerializeToString()
+            probe = build_request(
+                "lingbot-depth", DepthInputs(image=png_bytes(seeded_image(64, 64)))
+            ).SerializeToString()
             for grpc_address in (bare_address, address, f"127.0.0.1:{grpc_port}"):
                 check_grpc(grpc_address, probe)
             for size in args.sizes.split(","):
                 width, height = (int(side) for side in size.split("x"))
                 legs = targets(width, height, bare_address, address, url, f"127.0.0.1:{grpc_port}")
+                if args.model != "synthetic":  # a model's reply is its npy file: the npy legs
+                    legs = [leg for leg in legs if leg.name in ("bare npy", "worker npy", "/v1/depth")]
                 if args.legs:
                     wanted = set(args.legs.split(","))
                     legs = [leg for leg in legs if leg.name in wanted or leg.name.startswith("bare")]
