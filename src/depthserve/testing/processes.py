@@ -83,27 +83,21 @@ def wait_until(check: object, proc: Proc, timeout: float = 60.0) -> None:
     raise TimeoutError(f"{proc.args[0]} not ready after {timeout}s:\n{proc.output()[-3000:]}")
 
 
-def start_worker(
-    log_dir: Path, *extra: str, port: int | None = None, name: str = "worker", prefix: Sequence[str] = ()
-) -> tuple[Proc, str]:
-    """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address.
-
-    `prefix` runs it through a launcher (`taskset -c 0` for benchmarks)."""
+def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str = "worker") -> tuple[Proc, str]:
+    """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address."""
     port = port or free_port()
     args = ["worker", "--port", str(port), *extra]
     for flag, default in (("--model", "synthetic"), ("--synthetic-ms", "0")):
         if flag not in extra:
             args += [flag, default]
-    proc = Proc(args, log_dir / f"{name}-{port}.log", prefix=prefix)
+    proc = Proc(args, log_dir / f"{name}-{port}.log")
     address = f"127.0.0.1:{port}"
     _ready_or_killed(proc, lambda: grpc_serving(address))
     return proc, address
 
 
-def start_gateway(
-    log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True, prefix: Sequence[str] = ()
-) -> tuple[Proc, str]:
-    """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers (`prefix`: a launcher).
+def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True) -> tuple[Proc, str]:
+    """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers.
 
     With DEPTHSERVE_TEST_GATEWAY_PROCESSES=N in the environment, a gateway not told otherwise runs N processes
     (so the suites that check limits can be run against a gateway of several).
@@ -115,7 +109,6 @@ def start_gateway(
     proc = Proc(
         ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra],
         log_dir / f"gateway-{port}.log",
-        prefix=prefix,
     )
     url = f"http://127.0.0.1:{port}"
     if wait_ready:
