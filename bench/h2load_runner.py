@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,17 +41,21 @@ def run_h2load(
     streams: int,
     core: int | None = None,
     warmup: int = 200,
+    connections: int = 1,
+    prefix: Sequence[str] = (),
 ) -> LoadResult:
-    """Send `requests` POSTs (GETs when `body` is empty) with `streams` in flight on one HTTP/2 connection."""
+    """Send `requests` POSTs (GETs when `body` is empty) with `streams` in flight on each of `connections`
+    HTTP/2 connections; `core` pins h2load to one core, `prefix` runs it through any launcher."""
     h2load = require_h2load()
     with tempfile.TemporaryDirectory() as tmp:
         body_file = Path(tmp) / "body"
         body_file.write_bytes(body)
         log = Path(tmp) / "log.tsv"
-        args = [h2load, "-c", "1", "-m", str(streams)] + (["-d", str(body_file)] if body else [])
+        args = [h2load, "-c", str(connections), "-m", str(streams)] + (["-d", str(body_file)] if body else [])
         for name, value in headers.items():
             args += ["-H", f"{name}: {value}"]
-        prefix = ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []
+        if core is not None and shutil.which("taskset"):
+            prefix = ["taskset", "-c", str(core)]
         subprocess.run([*prefix, *args, "-n", str(warmup), url], check=True, capture_output=True, timeout=120)
         out = subprocess.run(
             [*prefix, *args, "-n", str(requests), f"--log-file={log}", url],

@@ -180,6 +180,13 @@ class GatewaySettings(BaseSettings, LogFields, JobFields, VideoFields):
     grpc_port: int | None = Field(
         None, ge=1, le=65535, description="OIP v2 gRPC port (inference.GRPCInferenceService) [off]"
     )
+    processes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="gateway processes sharing the port, each balancing on its own view of the pool "
+        "[one per core, at most 8; 1 with the in-process job queue]",
+    )
     backends: list[str] = Field(default_factory=list, description="worker addresses HOST:PORT[@WEIGHT|@auto]")
     auto_weights: bool = Field(False, description="weigh backends without @WEIGHT by measured throughput")
     policy: str = Field("round_robin", description="load-balancing policy for models without their own")

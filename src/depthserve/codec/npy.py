@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from typing import NamedTuple
@@ -73,6 +74,22 @@ def array_from_npy(data: bytes, header: NpyHeader) -> np.ndarray:
 def decode_npy(data: bytes, max_elements: int = DEFAULT_MAX_NPY_ELEMENTS) -> np.ndarray:
     """Load untrusted .npy bytes safely: no pickle, numeric dtypes only, size checked first."""
     return array_from_npy(data, read_npy_header(data, max_elements))
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(shape: tuple[int, ...], dtype: str) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def npy_pieces(arr: np.ndarray) -> tuple[bytes, memoryview]:
+    """The bytes `encode_npy` gives, as the header and a view of the array's data, so a reply copies it once."""
+    a = np.ascontiguousarray(arr)
+    if a.dtype.hasobject or a.dtype.fields is not None:
+        raise InvalidArray("cannot encode an object or record array as .npy")
+    descr = np.lib.format.dtype_to_descr(a.dtype)  # a string for every plain dtype
+    return _npy_header(a.shape, str(descr)), a.data.cast("B")
 
 
 def encode_npy(arr: np.ndarray) -> bytes:

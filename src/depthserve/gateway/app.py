@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +25,7 @@ from depthserve.gateway.dispatch.video_jobs import VideoJobs
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.http.access import RouteAccess
-from depthserve.gateway.http.control_routes import cluster, drain, healthz, readyz, restricted
+from depthserve.gateway.http.control_routes import cluster, cluster_view, drain, healthz, readyz, restricted
 from depthserve.gateway.http.dashboard import observability_routes
 from depthserve.gateway.http.depth_route import DepthEndpoint
 from depthserve.gateway.http.error_boundary import ErrorBoundary, exception_handlers
@@ -35,6 +37,8 @@ from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
 from depthserve.gateway.oip.grpc_service import start_grpc
 from depthserve.gateway.oip.rest import oip_routes
 from depthserve.gateway.oip.service import OipService
+from depthserve.gateway.processes.peers import Handler, PeerServer
+from depthserve.gateway.processes.share import ProcessShare
 from depthserve.gateway.upstream import discovery_sync
 from depthserve.jobs.broker import broker_kind
 from depthserve.jobs.service import JobService
@@ -43,6 +47,11 @@ from depthserve.telemetry.logs import configure_logging
 from depthserve.telemetry.tracing import configure_tracing
 
 SETTINGS_ENV = "DEPTHSERVE_INTERNAL_GATEWAY_JSON"
+IN_PROCESS_JOBS = (
+    "the in-process job queue lives in one process: with --processes above 1, give --broker (redis:// or amqp://)"
+    " for the job API"
+)
+log = logging.getLogger("depthserve.gateway")
 
 
 def check_settings(settings: GatewaySettings) -> None:
@@ -84,9 +93,13 @@ class FastPath:
         await self.fallback(scope, receive, send)
 
 
-def create_app(settings: GatewaySettings) -> FastPath:
-    """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan."""
-    core = GatewayCore.build(settings)
+def create_app(settings: GatewaySettings, share: ProcessShare | None = None) -> FastPath:
+    """Build the gateway app for these settings; the pool starts and stops with the ASGI lifespan.
+
+    With `share`, this is one of a gateway's processes: limits hold across them all, views of the
+    gateway gather every process's, and only process 0 serves the OIP gRPC port.
+    """
+    core = GatewayCore.build(settings, share=share)
     pool, dispatcher, edge, forwarder = core.pool, core.dispatcher, core.edge, core.forwarder
     videos = VideoShare(settings, pool.concurrency)  # videos at once, and their frames' share of admission
     oip = OipService(pool, dispatcher, forwarder)
@@ -99,14 +112,24 @@ def create_app(settings: GatewaySettings) -> FastPath:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await pool.start()
         following = discovery_sync.start(pool, settings)  # membership and version routes change at run time
-        await jobs.start()
-        grpc_server = await start_grpc(oip, edge, metrics)  # OIP gRPC shares this event loop with the HTTP app
+        if share is not None and jobs.broker.kind == "in_process":
+            jobs.start_error = IN_PROCESS_JOBS  # the job API answers 503 with this, never a wrong 404
+            log.warning(IN_PROCESS_JOBS)
+        else:
+            await jobs.start()
+        serves_grpc = share is None or share.index == 0  # gRPC cannot serve a socket bound once: one process
+        grpc_server = await start_grpc(oip, edge, metrics) if serves_grpc else None  # on this event loop
+        siblings = None if share is None else PeerServer(share, sibling_handlers(app, metrics))
+        if siblings is not None:
+            await siblings.start()
         # What start-up made lives as long as the process: out of the collector's sight, a full collection
         # walks only what requests make. Measured under overload: a 95 ms gen-2 pause before, none after.
         gc.freeze()
         try:
             yield
         finally:
+            if siblings is not None:
+                await siblings.close()
             if grpc_server is not None:
                 await grpc_server.stop(grace=1.0)
             await video_jobs.close()  # each is failed, saying so, while the job store is still open
@@ -139,6 +162,7 @@ def create_app(settings: GatewaySettings) -> FastPath:
     app.state.oip = oip
     app.state.videos = videos
     app.state.video_jobs = video_jobs
+    app.state.share = share
     depth = DepthEndpoint(settings, forwarder)
     video = VideoEndpoint(settings, forwarder, videos)
     app.state.fast_paths = {"/v1/depth": depth, "/v1/depth/video": video}  # for the OpenAPI document
@@ -156,4 +180,25 @@ def app_from_env() -> FastPath:
     settings = GatewaySettings(**json.loads(os.environ[SETTINGS_ENV]))
     configure_logging("gateway", settings.log_format, settings.log_level)
     configure_tracing("depthserve-gateway")
-    return create_app(settings)
+    return create_app(settings, ProcessShare.from_env(settings.processes or 1))
+
+
+def sibling_handlers(app: Starlette, metrics: GatewayMetrics) -> dict[str, Handler]:
+    """What this process tells its siblings: its metrics, cluster view and history, and drains it applies."""
+
+    async def exposition(args: list[str]) -> bytes:
+        return await metrics.exposition()
+
+    async def cluster(args: list[str]) -> bytes:
+        return json.dumps(await cluster_view(app.state)).encode()
+
+    async def history(args: list[str]) -> bytes:
+        return json.dumps(metrics.history.export()).encode()
+
+    async def drain(args: list[str]) -> bytes:
+        address, action = args
+        with contextlib.suppress(KeyError):  # not (yet) in this process's view: nothing to stop
+            app.state.pool.set_drained(address, action == "drain")
+        return b"ok"
+
+    return {"metrics": exposition, "cluster": cluster, "history": history, "drain": drain}

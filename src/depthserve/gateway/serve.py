@@ -13,10 +13,14 @@ from granian.http import HTTP1Settings, HTTP2Settings
 
 from depthserve.gateway.app import SETTINGS_ENV
 from depthserve.gateway.edge.reply_budget import H2_SEND_BUFFER
+from depthserve.gateway.processes.share import SHARED_ENV
+from depthserve.gateway.processes.shared import SharedState
+from depthserve.jobs.broker import broker_kind
 from depthserve.ports import BACKLOG, check_free, listen_exclusive
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import granian_log_config
 
+MAX_AUTO_PROCESSES = 8  # the default's cap: past this, more gateways (machines) rather than more processes
 KEEPALIVE_MS = 30_000  # HTTP/2 PING every 30 s on an idle connection
 KEEPALIVE_TIMEOUT_S = 20  # no PING acknowledgement within this: the connection and its buffers are dropped
 
@@ -37,15 +41,30 @@ class _BoundOnce(Granian):  # type: ignore[misc,valid-type]
         self._sso = self._listener
 
 
-def main(settings: GatewaySettings) -> None:
-    """Serve until SIGTERM/SIGINT; one granian worker, so the pool has one view (scale with more gateways).
+def process_count(settings: GatewaySettings) -> int:
+    """How many gateway processes to run: as set, else one per core (at most 8), or 1 with in-process jobs."""
+    if settings.processes is not None:
+        return settings.processes
+    if broker_kind(settings.broker) == "in_process":
+        return 1  # the in-process job queue lives in one process
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_PROCESSES))
 
-    Without TLS the port speaks HTTP/1.1 and h2c with prior knowledge; with a certificate, TLS with
-    ALPN choosing h2 or http/1.1. Raises PortUnavailable before anything starts when a port is taken.
+
+def main(settings: GatewaySettings) -> None:
+    """Serve until SIGTERM/SIGINT, in `process_count` granian workers serving one socket bound once.
+
+    Each worker process is a whole gateway with its own view of the pool (as Envoy's worker threads
+    balance on their own), sharing limits through a shared block (gateway/processes/). Without TLS the
+    port speaks HTTP/1.1 and h2c with prior knowledge; with a certificate, TLS with ALPN choosing h2 or
+    http/1.1. Raises PortUnavailable before anything starts when a port is taken.
     """
     check_free(settings.host, settings.grpc_port, "--grpc-port")  # bound later, in the app's start-up
+    processes = process_count(settings)
     listener = listen_exclusive(settings.host, settings.port)
-    os.environ[SETTINGS_ENV] = settings.model_dump_json()
+    shared = SharedState.create(processes) if processes > 1 else None
+    if shared is not None:
+        os.environ[SHARED_ENV] = str(shared)
+    os.environ[SETTINGS_ENV] = settings.model_copy(update={"processes": processes}).model_dump_json()
     header_bytes = settings.max_header_kb * 1024
     server = _BoundOnce(
         listener,
@@ -56,7 +75,7 @@ def main(settings: GatewaySettings) -> None:
         interface=Interfaces.ASGI,
         http=HTTPModes.auto,
         loop=Loops.uvloop,
-        workers=1,
+        workers=processes,
         backlog=BACKLOG,
         log_access=False,
         log_dictconfig=granian_log_config(settings.log_format),
@@ -70,4 +89,8 @@ def main(settings: GatewaySettings) -> None:
         ssl_cert=settings.tls_cert,
         ssl_key=settings.tls_key,
     )
-    server.serve()
+    try:
+        server.serve()
+    finally:
+        if shared is not None:
+            SharedState.remove(shared)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
@@ -15,6 +17,9 @@ from depthserve.protocol.tensors import (
     element_count,
     serialize_bytes,
 )
+
+if TYPE_CHECKING:
+    from depthserve.protocol.reply_wire import InferResponse
 
 IMAGE, DEPTH, INTRINSICS = "image", "depth", "intrinsics"
 MASK, POINTS, RESULT = "mask", "points", "result"
@@ -189,17 +194,30 @@ def build_encoded_response(model: str, request_id: str, data: bytes, content_typ
     return response
 
 
-def read_encoded_result(response: pb.ModelInferResponse) -> tuple[bytes, str]:
-    """Take the encoded file and its media type out of a response built by build_encoded_response."""
+def encoded_result(response: InferResponse) -> tuple[bytes | memoryview, str]:
+    """The encoded file and its media type, as a view into a WireReply (no copy) or bytes from a message."""
     for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=False):
         if tensor.name == RESULT:
-            (data,) = deserialize_bytes(raw, 1)
-            content_type = response.parameters[CONTENT_TYPE_PARAM].string_param or "application/octet-stream"
-            return data, content_type
+            if len(raw) < 4 or struct.unpack_from("<I", raw)[0] != len(raw) - 4:
+                (data,) = deserialize_bytes(raw, 1)  # raises TensorError with the reason
+                return data, _content_type(response)
+            return raw[4:], _content_type(response)
     raise TensorError("response has no 'result' output")
 
 
-def read_raw_outputs(response: pb.ModelInferResponse) -> dict[str, np.ndarray]:
+def _content_type(response: InferResponse) -> str:
+    params = response.parameters
+    found = params[CONTENT_TYPE_PARAM].string_param if CONTENT_TYPE_PARAM in params else ""
+    return found or "application/octet-stream"
+
+
+def read_encoded_result(response: InferResponse) -> tuple[bytes, str]:
+    """Take the encoded file and its media type out of a response built by build_encoded_response."""
+    data, content_type = encoded_result(response)
+    return bytes(data), content_type
+
+
+def read_raw_outputs(response: InferResponse) -> dict[str, np.ndarray]:
     """Read every fixed-size output tensor of a response into arrays keyed by name."""
     outputs: dict[str, np.ndarray] = {}
     for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):

@@ -14,16 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import grpc
 from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.protocol.depth_api import DepthInputs, build_request
 
 Piece = bytes | memoryview  # part of a raw input as received (a body chunk, or a slice of one)
 _RAW_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
 _RAW_TAG = bytes([_RAW_FIELD << 3 | 2])  # field number, wire type 2 (length-delimited); one byte for field 7
-INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
 @dataclass(frozen=True)
@@ -110,15 +107,3 @@ def depth_request_wire(
 def serialize_request(request: Serializable) -> bytes:
     """The stub's request serializer: a WireRequest as is, any protobuf message serialized."""
     return request.SerializeToString()
-
-
-def inference_stub(channel: grpc.aio.Channel) -> pb_grpc.GRPCInferenceServiceStub:
-    """The OIP stub for `channel`, whose ModelInfer also takes WireRequests."""
-    stub = pb_grpc.GRPCInferenceServiceStub(channel)
-    stub.ModelInfer = channel.unary_unary(
-        INFER_METHOD,
-        request_serializer=serialize_request,
-        response_deserializer=pb.ModelInferResponse.FromString,
-        _registered_method=True,
-    )
-    return stub

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 # Trailing-metadata key, in the spirit of Envoy's ORCA `endpoint-load-metrics` TEXT format.
 METADATA_KEY = "depthserve-load"
@@ -34,12 +34,13 @@ class LoadReport:
 
     def encode(self) -> str:
         """Render as `key=value,...` text, cheap to write and to parse on every reply; unknowns are left out."""
-        return ",".join(f"{key}={_fmt(value)}" for key, value in asdict(self).items() if value not in (None, ""))
+        values = ((key, getattr(self, key)) for key in _FIELDS)  # no asdict: it deep-copies, 3x the cost
+        return ",".join(f"{key}={_fmt(value)}" for key, value in values if value is not None and value != "")
 
     @classmethod
     def decode(cls, text: str) -> LoadReport:
         """Parse `key=value,...` text, ignoring unknown keys so newer workers stay readable."""
-        types = {f.name: f.type for f in fields(cls)}
+        types = _TYPES
         values: dict[str, float | int | str] = {}
         for item in text.split(","):
             key, _, raw = item.partition("=")
@@ -61,6 +62,8 @@ class LoadReport:
         return max(0, self.queue_limit - self.queue) if self.queue_limit > 0 else None
 
 
+_TYPES = {f.name: f.type for f in fields(LoadReport)}
+_FIELDS = tuple(_TYPES)
 # Names the fields had when CPU workers reported their memory as `gpu_mem_*` and no sensor as 0 degrees.
 _RENAMED = {"gpu_mem_used": "mem_used", "gpu_mem_total": "mem_total", "gpu_temp": "temp_c"}
 

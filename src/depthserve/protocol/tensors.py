@@ -103,7 +103,7 @@ def check_bytes_count(size: int, count: int | None) -> None:
         raise TensorError(f"BYTES tensor of {size} bytes cannot hold the {count} elements its shape says")
 
 
-def deserialize_bytes(raw: bytes, count: int | None = None) -> list[bytes]:
+def deserialize_bytes(raw: bytes | memoryview, count: int | None = None) -> list[bytes]:
     """Unpack length-prefixed BYTES elements, refusing lengths that run past the end."""
     check_bytes_count(len(raw), count)
     view = memoryview(raw)

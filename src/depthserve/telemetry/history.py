@@ -63,6 +63,31 @@ class RequestHistory:
         current.errors += error
         current.counts[bisect_left(_BOUNDS, seconds)] += 1
 
+    def export(self) -> list[list[int]]:
+        """The completed seconds as [at, requests, errors, *counts] rows, to merge with another process's."""
+        self._roll(int(self._clock()))
+        return [[s.at, s.requests, s.errors, *s.counts] for s in self._done]
+
+    def combined(self, others: list[list[list[int]]]) -> RequestHistory:
+        """A new history of this one's seconds plus other processes' exported ones (this one is not changed)."""
+        self._roll(int(self._clock()))
+        merged = RequestHistory(self._done.maxlen or 300, self._clock)
+        merged._current = _Second(self._current.at)
+        by_time: dict[int, _Second] = {}
+        for mine in self._done:
+            second = by_time[mine.at] = _Second(mine.at)
+            second.requests, second.errors, second.counts = mine.requests, mine.errors, list(mine.counts)
+            merged._done.append(second)
+        for rows in others:
+            for at, requests, errors, *counts in rows:
+                known = by_time.get(at)
+                if known is None or len(counts) != len(known.counts):
+                    continue  # older than this history keeps, or from a build with other buckets
+                known.requests += requests
+                known.errors += errors
+                known.counts = [a + b for a, b in zip(known.counts, counts, strict=True)]
+        return merged
+
     def series(self, window_s: int = 5) -> dict[str, object]:
         """Give completed seconds grouped by `window_s`: time, QPS, error rate and p50/p95/p99 in milliseconds."""
         self._roll(int(self._clock()))

@@ -14,6 +14,8 @@ from pathlib import Path
 from depthserve.parent_death import PARENT_PID_ENV
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 
+PROCESSES_ENV = "DEPTHSERVE_TEST_GATEWAY_PROCESSES"  # run test gateways with this many processes
+
 
 class Proc:
     """A depthserve child process with its log, stopped by `stop()` or the context manager.
@@ -95,10 +97,18 @@ def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str 
 
 
 def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True) -> tuple[Proc, str]:
-    """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers."""
+    """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers.
+
+    With DEPTHSERVE_TEST_GATEWAY_PROCESSES=N in the environment, a gateway not told otherwise runs N processes
+    (so the suites that check limits can be run against a gateway of several).
+    """
     port = free_port()
+    processes = os.environ.get(PROCESSES_ENV)
+    if processes and "--processes" not in extra:
+        extra = (*extra, "--processes", processes)
     proc = Proc(
-        ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra], log_dir / f"gateway-{port}.log"
+        ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra],
+        log_dir / f"gateway-{port}.log",
     )
     url = f"http://127.0.0.1:{port}"
     if wait_ready:

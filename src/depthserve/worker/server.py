@@ -13,9 +13,9 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve.protocol.depth_api import DepthInputs
+from depthserve.protocol.reply_wire import add_inference_service
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import CachedProbe, read_process
 from depthserve.telemetry.http_exporter import MetricsServer
@@ -93,7 +93,7 @@ class Worker:
             version=settings.version,
             max_reply_bytes=settings.max_message_mb * 1024 * 1024,
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, self.server)
+        add_inference_service(servicer, self.server)  # ModelInfer answers replies serialized as they were encoded
         self.jobs = WorkerJobs(settings, servicer, self.batcher) if settings.broker else None
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0

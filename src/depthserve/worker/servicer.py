@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve import __version__
 from depthserve.protocol.depth_api import LOW_PRIORITY, parse_request, request_priority
+from depthserve.protocol.reply_wire import InferResponse
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.logs import REQUEST_ID
 from depthserve.telemetry.tracing import active, span
@@ -149,9 +150,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         )
         return pb.ModelConfigResponse(config=config)
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> InferResponse:
         started = time.perf_counter()
         request_id = _request_id(context)
         REQUEST_ID.set(request_id)  # each RPC runs in its own task, so this reaches only this request's logs
@@ -176,10 +175,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         context.set_trailing_metadata(self._reporter.metadata())
         return response
 
-    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> InferResponse:
         return await self.infer(request, context.time_remaining())
 
-    async def infer(self, request: pb.ModelInferRequest, remaining_s: float | None) -> pb.ModelInferResponse:
+    async def infer(self, request: pb.ModelInferRequest, remaining_s: float | None) -> InferResponse:
         """Run one request through decode, batcher, model and encode: gRPC calls and async jobs share this path."""
         if not self._serves(request.model_name, request.model_version):
             raise ModelNotFound(f"unknown model {request.model_name!r} version {request.model_version!r}")

@@ -240,3 +240,32 @@ async def test_an_image_queued_after_video_frames_runs_before_them() -> None:
     runner.gate.set()
     await asyncio.gather(running, image, *frames)
     assert runner.batches == [[0], [9], [1, 2], [3]]  # frames keep batching among themselves, after the image
+
+
+async def test_without_batching_requests_of_any_size_run_one_at_a_time_oldest_first() -> None:
+    runner = GatedRunner()
+    batcher = make(runner, max_batch=1)
+    sizes = [(48, 64), (64, 48), (48, 64), (96, 128)]
+    pending = [asyncio.ensure_future(batcher.run(item(tag, *size))) for tag, size in enumerate(sizes)]
+    await settle()
+    assert runner.batches == [[0]] and batcher.waiting == 3  # the device runs one; the rest wait their turn
+    runner.gate.set()
+    results = await asyncio.gather(*pending)
+    assert runner.batches == [[0], [1], [2], [3]]  # arrival order across sizes, never grouped
+    assert [int(r["tag"]) for r in results] == [0, 1, 2, 3] and batcher.last_batch_size == 1
+    batcher.close()
+
+
+async def test_without_batching_an_image_still_runs_before_video_frames_queued_earlier() -> None:
+    runner = GatedRunner()
+    batcher = make(runner, max_batch=1, low_priority_delay_s=1.0)
+    running = asyncio.ensure_future(batcher.run(item(0)))  # holds the device
+    await settle()
+    frames = [asyncio.ensure_future(batcher.run(item(n, 96, 128), low=True)) for n in (1, 2)]
+    await settle()
+    image = asyncio.ensure_future(batcher.run(item(9)))
+    await settle()
+    runner.gate.set()
+    await asyncio.gather(running, image, *frames)
+    assert runner.batches == [[0], [9], [1], [2]]  # one at a time, the image first (the fast path keeps ranks)
+    batcher.close()

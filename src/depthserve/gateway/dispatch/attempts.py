@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tritonclient.grpc import service_pb2 as pb
-
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.stall_watch import AttemptWatch
-from depthserve.gateway.upstream.transport import InferRequest
+from depthserve.gateway.upstream.transport import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from depthserve.gateway.dispatch.dispatcher import Dispatcher
@@ -100,7 +98,7 @@ class Attempts:
         self._deadline = deadline  # on the event loop's clock
         self._overall_s = overall_s  # the client's whole deadline, for the 504's message
         self._next = 0
-        self._pending: dict[asyncio.Task[pb.ModelInferResponse], tuple[str, bool]] = {}  # -> (address, is_retry)
+        self._pending: dict[asyncio.Task[InferResponse], tuple[str, bool]] = {}  # -> (address, is_retry)
         self._watch = dispatcher.stalls.watch()
         # Backends that stopped answering with an attempt of ours, not yet re-sent (ordered: runs reproduce).
         self._stuck: dict[str, None] = {}
@@ -110,7 +108,7 @@ class Attempts:
         self._slow: AttemptFailed | None = None
         self._denied = False  # a wait for a budget slot ended without one: nothing more is sent
 
-    async def run(self) -> tuple[pb.ModelInferResponse, str]:
+    async def run(self) -> tuple[InferResponse, str]:
         """Send attempts until one answers; raise the GatewayError that ends the request otherwise."""
         self._budget.active_requests += 1
         try:
@@ -171,7 +169,7 @@ class Attempts:
         delay = self._dispatcher.hedge_delay_s()
         self._hedge_at = None if delay is None else self._loop.time() + delay
 
-    def _settle(self, task: asyncio.Task[pb.ModelInferResponse]) -> tuple[pb.ModelInferResponse, str] | None:
+    def _settle(self, task: asyncio.Task[InferResponse]) -> tuple[InferResponse, str] | None:
         """Take a finished attempt: its reply, or None after noting a failure that leaves the request open."""
         address, is_retry = self._pending.pop(task)
         self._watch.discard(address)

@@ -15,6 +15,7 @@ from depthserve.gateway.config import DispatchConfig, EdgeConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.dispatch.forwarding import Forwarder
 from depthserve.gateway.edge.edge import Edge
+from depthserve.gateway.processes.share import ProcessShare
 from depthserve.gateway.upstream.pool import BackendPool, TransportFactory
 from depthserve.settings import GatewaySettings
 
@@ -35,11 +36,13 @@ class GatewayCore:
         clock: Callable[[], float] = time.monotonic,
         transports: TransportFactory | None = None,
         seed: int | None = None,
+        share: ProcessShare | None = None,
     ) -> GatewayCore:
-        """Wire the core for `settings` (over gRPC unless `transports` says otherwise); `seed` seeds the policies."""
+        """Wire the core for `settings` (over gRPC unless `transports` says otherwise); `seed` seeds the policies;
+        `share` holds the limits this process shares with the gateway's other processes."""
         pool = BackendPool.from_settings(settings, clock, transports)
         policies = {model: make_policy(p.name, p.options, seed) for model, p in settings.policies.items()}
         default_policy = make_policy(settings.policy, settings.policy_options, seed)
         dispatcher = Dispatcher(pool, DispatchConfig.of(settings), default_policy, policies)
-        edge = Edge(EdgeConfig.of(settings), clock, capacity=pool.concurrency)  # surplus waits in the fair queue
+        edge = Edge(EdgeConfig.of(settings), clock, capacity=pool.concurrency, share=share)  # surplus waits fairly
         return cls(pool, dispatcher, edge, Forwarder(settings, dispatcher, edge))

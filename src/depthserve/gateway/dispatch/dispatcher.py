@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-from tritonclient.grpc import service_pb2 as pb
-
 from depthserve.balancer.types import Learner, Policy, RequestInfo, Snapshot, View
 from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.attempts import AttemptFailed, Attempts, deadline_error
@@ -26,7 +24,7 @@ from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.calls import Call, Outcome
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.gateway.upstream.stall_watch import StallWatch
-from depthserve.gateway.upstream.transport import Fault, InferRequest, TransportError
+from depthserve.gateway.upstream.transport import Fault, InferRequest, InferResponse, TransportError
 
 SLOT_RECHECK_S = 0.25  # a request waiting for a backend slot looks again at least this often
 
@@ -91,7 +89,7 @@ class Dispatcher:
 
     async def _attempt(
         self, call: Call, request: InferRequest, timeout_s: float, overall_left: float, request_id: str
-    ) -> pb.ModelInferResponse:
+    ) -> InferResponse:
         """One call on the backend `call` holds; settles the call once with its outcome."""
         backend = call.backend
         address = backend.address
@@ -122,7 +120,7 @@ class Dispatcher:
         call.ok(reply.load)
         return reply.response
 
-    async def _gone(self, address: str) -> pb.ModelInferResponse:
+    async def _gone(self, address: str) -> InferResponse:
         """Fail an attempt on a backend that left the pool after the policy picked it (retriable)."""
         raise AttemptFailed(GatewayError(503, "backend_unavailable", f"backend {address} left the pool"), True)
 
@@ -182,7 +180,7 @@ class Dispatcher:
 
     def start_attempt(
         self, address: str, request: InferRequest, request_id: str, deadline: float
-    ) -> asyncio.Task[pb.ModelInferResponse]:
+    ) -> asyncio.Task[InferResponse]:
         """Start one attempt of `request` on `address` within `deadline` (event-loop clock)."""
         left = deadline - asyncio.get_running_loop().time()
         per_try = min(left, self.settings.per_try_timeout_s)
@@ -200,7 +198,7 @@ class Dispatcher:
         timeout_s: float,
         request_id: str,
         requested_s: float | None = None,
-    ) -> tuple[pb.ModelInferResponse, str]:
+    ) -> tuple[InferResponse, str]:
         """Get one reply within `timeout_s` from some backend; `requested_s` is the client's whole deadline."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         candidates = await self._candidates(info, deadline, requested_s or timeout_s)

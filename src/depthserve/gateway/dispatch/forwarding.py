@@ -10,14 +10,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from tritonclient.grpc import service_pb2 as pb
-
 from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.upload_budget import UploadLease
 from depthserve.gateway.errors import GatewayError
-from depthserve.gateway.upstream.transport import InferRequest
+from depthserve.gateway.upstream.transport import InferRequest, InferResponse
 from depthserve.settings import GatewaySettings
 
 T = TypeVar("T")
@@ -61,7 +59,7 @@ class Forwarder:
         timeout_s: float | None,
         build: BuildRequest,
         version: str = "",
-    ) -> tuple[pb.ModelInferResponse, str]:
+    ) -> tuple[InferResponse, str]:
         """Check key and rate limit, `build(lease)` the request under the upload budget and timeout, admit, dispatch.
 
         The body is read before an admission slot is asked for, so a slow or stalled upload holds only its

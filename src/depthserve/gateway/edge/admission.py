@@ -119,14 +119,14 @@ class AdmissionController:
 
     async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> None:
         self._dispatch()  # a capacity that grew since the last release may let waiters in first
-        if self._has_room(model):  # by the invariant nobody queued could use this slot
+        if self._has_room(model) and self._claim():  # by the invariant nobody queued could use this slot
             self._take(model, client)
             return
         remaining = deadline - self._clock()
         if remaining <= 0:
             raise self._reject("deadline", f"deadline passed before a slot for model {model!r} was free")
         self._check_wait(client, remaining)
-        if len(self._room) >= self.max_queue:
+        if self._queued_total() >= self.max_queue:
             self._make_place(priority, client)
         waiter = Waiter(model, priority, client, Ticket())
         self._room.push(waiter)
@@ -219,7 +219,19 @@ class AdmissionController:
         self._model_in_flight[model] += 1
         self._client_in_flight[client] += 1
 
+    def _claim(self) -> bool:
+        """Take a slot from whatever the gateway's processes share (nothing to share in one process)."""
+        return True
+
+    def _unclaim(self) -> None:
+        """Give back what `_claim` took."""
+
+    def _queued_total(self) -> int:
+        """Requests waiting for a slot in the whole gateway (every process's queue, with several)."""
+        return len(self._room)
+
     def _release(self, model: str, client: str) -> None:
+        self._unclaim()
         self.in_flight -= 1
         self._model_in_flight[model] -= 1
         if not self._model_in_flight[model]:
@@ -236,8 +248,11 @@ class AdmissionController:
     def _dispatch(self) -> None:
         """Hand free slots directly to the next waiters that can use them, skipping models at their limit."""
         while self.in_flight < self.max_in_flight and len(self._room):
+            if not self._claim():  # the gateway's other processes hold every slot: wait for one to free
+                return
             waiter = self._room.next_to_serve(self._has_room, self._client_in_flight.__getitem__)
             if waiter is None:
+                self._unclaim()
                 return
             self._take(waiter.model, waiter.client)
             waiter.ticket.grant()

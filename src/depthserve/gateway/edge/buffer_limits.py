@@ -41,19 +41,22 @@ def _bytes(mb: float | None, share: float) -> int:
     return int(mb * MIB) if mb is not None else max(MIB, int(machine_memory() * share))
 
 
-def upload_budget(settings: EdgeConfig) -> UploadBudget:
-    """The per-client and total budget of request bodies."""
+def upload_budget(settings: EdgeConfig, processes: int = 1) -> UploadBudget:
+    """The per-client and total budget of request bodies (the total split between the gateway's processes)."""
     return UploadBudget(
-        _bytes(settings.max_request_memory_mb, REQUEST_MEMORY_SHARE),
+        max(1, _bytes(settings.max_request_memory_mb, REQUEST_MEMORY_SHARE) // processes),
         int(settings.client_request_memory_mb * MIB),
         settings.client_uploads,
     )
 
 
-def reply_budget(settings: EdgeConfig) -> ReplyBudget:
-    """The per-connection, per-address and total budget of replies being written, and their write timeout."""
+def reply_budget(settings: EdgeConfig, processes: int = 1) -> ReplyBudget:
+    """The per-connection, per-address and total budget of replies being written, and their write timeout.
+
+    The total is split between the gateway's processes, so the gateway as a whole holds no more.
+    """
     return ReplyBudget(
-        _bytes(settings.max_reply_memory_mb, REPLY_MEMORY_SHARE),
+        max(1, _bytes(settings.max_reply_memory_mb, REPLY_MEMORY_SHARE) // processes),
         int(settings.connection_reply_memory_mb * MIB),
         settings.reply_write_timeout_s,
         int(settings.client_reply_memory_mb * MIB),

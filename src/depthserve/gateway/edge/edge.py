@@ -11,7 +11,9 @@ from depthserve.gateway.edge.admission import PRIORITIES, AdmissionController
 from depthserve.gateway.edge.api_keys import ENV_VAR, ApiKeys
 from depthserve.gateway.edge.buffer_limits import reply_budget, upload_budget
 from depthserve.gateway.edge.rate_limit import Limit, RateLimiter, identity
+from depthserve.gateway.edge.shared_limits import SharedAdmission, SharedRateLimiter
 from depthserve.gateway.errors import GatewayError
+from depthserve.gateway.processes.share import ProcessShare
 
 
 class Edge:
@@ -22,14 +24,15 @@ class Edge:
         settings: EdgeConfig,
         clock: Callable[[], float] = time.monotonic,
         capacity: Callable[[str], int | None] | None = None,
+        share: ProcessShare | None = None,
     ) -> None:
-        """`capacity` gives, per model, the requests its workers hold without a long queue (the pool's)."""
+        """`capacity` gives, per model, the requests its workers hold without a long queue (the pool's);
+        `share` makes limits hold across the gateway's processes (the shared block and this process's number)."""
         self.clock = clock
         self.keys = ApiKeys.from_sources(settings.api_keys_file, os.environ.get(ENV_VAR))
         default = Limit.parse(settings.rate_limit) if settings.rate_limit else None
         per_key = {name: Limit.parse(text) for name, text in settings.rate_limits.items()}
-        self.limiter = RateLimiter(default, per_key, clock=clock)
-        self.admission = AdmissionController(
+        limits = (
             settings.max_in_flight,
             settings.max_queue,
             settings.model_limits,
@@ -37,9 +40,16 @@ class Edge:
             capacity,
             settings.max_queue_wait_s,
         )
+        if share is None:
+            self.limiter = RateLimiter(default, per_key, clock=clock)
+            self.admission: AdmissionController = AdmissionController(*limits)
+        else:
+            self.limiter = SharedRateLimiter(share.state, default, per_key, clock=clock)
+            self.admission = SharedAdmission(share.state, share.index, share.processes, *limits)
         self.protect_health = settings.protect_health
-        self.uploads = upload_budget(settings)  # request bodies, read before admission
-        self.replies = reply_budget(settings)  # replies being written to clients
+        processes = 1 if share is None else share.processes
+        self.uploads = upload_budget(settings, processes)  # request bodies, read before admission
+        self.replies = reply_budget(settings, processes)  # replies being written to clients
 
     def caller(self, headers: Mapping[str, str], client_host: str | None) -> str:
         """Authenticate (401) and rate-limit (429) a request; give the identity it is counted under."""

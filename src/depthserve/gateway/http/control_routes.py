@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -10,6 +11,9 @@ from starlette.responses import JSONResponse, Response
 
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.http.access import RouteAccess
+from depthserve.gateway.processes.gather import merge_cluster
+from depthserve.gateway.processes.peers import ask_siblings
+from depthserve.gateway.processes.share import ProcessShare
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.jobs.errors import JobError
 
@@ -55,11 +59,25 @@ def _videos(state: Any) -> dict[str, object] | None:
 
 
 async def cluster(request: Request) -> Response:
-    """Describe policy, admission, retries and every backend: state, weight, load, latency, errors."""
+    """Describe policy, admission, retries and every backend: state, weight, load, latency, errors.
+
+    In a gateway of several processes, the counts of every process are summed in (gather.py).
+    """
     state = request.app.state
+    share: ProcessShare | None = getattr(state, "share", None)
+    own = await cluster_view(state)
+    if share is None:
+        return JSONResponse(own)
+    answers = await ask_siblings(share, "cluster")
+    views = {index: json.loads(answer) for index, answer in answers.items()}
+    return JSONResponse(merge_cluster(share.index, {**views, share.index: own}))
+
+
+async def cluster_view(state: Any) -> dict[str, Any]:
+    """This process's /v1/cluster."""
     dispatcher: Dispatcher = state.dispatcher
     admission = state.edge.admission
-    return JSONResponse(
+    return dict(
         {
             "model": state.settings.model,
             "policy": dispatcher.default_policy.name,
@@ -105,4 +123,7 @@ async def drain(request: Request) -> Response:
         backend = pool.set_drained(address, action == "drain")
     except KeyError:
         return JSONResponse({"error": f"no backend {address!r}", "reason": "unknown_backend"}, 404)
+    share: ProcessShare | None = getattr(request.app.state, "share", None)
+    if share is not None:  # every process balances on its own view: each one stops sending there
+        await ask_siblings(share, "drain", address, action)
     return JSONResponse(backend.describe(pool.clock(), 0.0, backend.spec.weight or 1.0))

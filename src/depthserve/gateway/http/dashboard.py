@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from importlib.resources import files
 
@@ -13,6 +14,9 @@ from starlette.routing import Route
 from depthserve.gateway.http.access import RouteAccess
 from depthserve.gateway.http.control_routes import restricted
 from depthserve.gateway.metrics import GatewayMetrics
+from depthserve.gateway.processes.gather import merge_metrics
+from depthserve.gateway.processes.peers import ask_siblings
+from depthserve.gateway.processes.share import ProcessShare
 
 
 @cache
@@ -29,7 +33,12 @@ async def metrics(request: Request) -> Response:
         queued = getattr(store, "queued", None) or getattr(getattr(store, "store", None), "queued", None)
         if callable(queued):
             registry.jobs_source = queued
-    return Response(await registry.exposition(), media_type=CONTENT_TYPE_LATEST)
+    own = await registry.exposition()
+    share: ProcessShare | None = getattr(request.app.state, "share", None)
+    if share is None:
+        return Response(own, media_type=CONTENT_TYPE_LATEST)
+    others = await ask_siblings(share, "metrics")  # every process's series, labelled `process`
+    return Response(merge_metrics({**others, share.index: own}), media_type=CONTENT_TYPE_LATEST)
 
 
 async def history(request: Request) -> Response:
@@ -37,7 +46,12 @@ async def history(request: Request) -> Response:
     raw = request.query_params.get("window_s", "5")
     # isdigit() alone admits "²", which int() refuses: ASCII digits only, and few of them
     window = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 2 and 1 <= int(raw) <= 60 else 5
-    return JSONResponse(request.app.state.metrics.history.series(window))
+    history = request.app.state.metrics.history
+    share: ProcessShare | None = getattr(request.app.state, "share", None)
+    if share is not None:  # the whole gateway's requests: every process's seconds added up
+        answers = await ask_siblings(share, "history")
+        history = history.combined([json.loads(answer) for answer in answers.values()])
+    return JSONResponse(history.series(window))
 
 
 async def dashboard(request: Request) -> Response:

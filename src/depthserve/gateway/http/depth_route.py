@@ -31,7 +31,7 @@ from depthserve.gateway.http.depth_upload import DepthUpload
 from depthserve.gateway.http.error_boundary import request_id_of
 from depthserve.gateway.http.request_cost import check_cost, size_error
 from depthserve.gateway.metrics import MODEL_KEY
-from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, read_encoded_result
+from depthserve.protocol.depth_api import DEFAULT_RESOLUTION_LEVEL, DepthInputs, encoded_result
 from depthserve.protocol.infer_wire import WireRequest
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.tracing import span
@@ -183,7 +183,7 @@ class DepthEndpoint:
 
     async def _infer(
         self, scope: Scope, receive: Receive, headers: Mapping[str, str], request_id: str
-    ) -> tuple[bytes, str, str]:
+    ) -> tuple[bytes | memoryview, str, str]:
         """Forward the request; give the result file, its media type and the backend that made it."""
         if scope["method"] != "POST":
             raise GatewayError(405, "method_not_allowed", "use POST /v1/depth")
@@ -203,7 +203,7 @@ class DepthEndpoint:
             reply, backend = await self._forwarder.forward(
                 model, headers, client[0] if client else None, request_id, None, build
             )
-        data, media_type = read_encoded_result(reply)
+        data, media_type = encoded_result(reply)  # a view into the worker's reply: copied only as it is written
         return data, media_type, backend
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

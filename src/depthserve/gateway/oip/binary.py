@@ -7,6 +7,7 @@ parameter takes that many bytes of what follows, in input order (Triton's extens
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from depthserve.protocol.tensors import TensorError
@@ -71,7 +72,7 @@ def slice_inputs(inputs: list[Any], binary: memoryview) -> list[memoryview | Non
     return slices
 
 
-def join_body(header: dict[str, Any], chunks: list[bytes]) -> tuple[bytes, int | None]:
+def join_body(header: dict[str, Any], chunks: Sequence[bytes | memoryview]) -> tuple[bytes, int | None]:
     """Build a reply body: the JSON header alone, or followed by binary outputs with the header's length."""
     text = json.dumps(header, separators=(",", ":")).encode()
     if not chunks:

@@ -29,6 +29,7 @@ from depthserve.gateway.oip.json_requests import check_request
 from depthserve.gateway.oip.replies import with_raw_outputs
 from depthserve.gateway.oip.service import OipService
 from depthserve.gateway.oip.stream import answer_stream
+from depthserve.protocol.reply_wire import InferResponse, add_inference_service, as_message
 from depthserve.protocol.tensors import TensorError
 from depthserve.settings import GatewaySettings
 from depthserve.telemetry.logs import REQUEST_ID
@@ -147,7 +148,7 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
         peer: str | None,
         request_id: str,
         timeout_s: float,
-    ) -> tuple[pb.ModelInferResponse, str]:
+    ) -> tuple[InferResponse, str]:
         """Check, admit and dispatch one inference like a REST one, counting it in the gateway's metrics."""
         started = time.perf_counter()
         status, backend = 500, ""
@@ -178,14 +179,12 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
             if self._metrics is not None:  # counted with the HTTP routes, by its gRPC method path
                 self._metrics.observe(INFER_ROUTE, request.model_name, status, backend, time.perf_counter() - started)
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> InferResponse:
         headers = _metadata(context)
         request_id = clean_request_id(headers.get("x-request-id", ""))
         REQUEST_ID.set(request_id)  # every log line about this request carries its id
 
-        async def work() -> pb.ModelInferResponse:
+        async def work() -> InferResponse:
             response, backend = await self._forward(
                 request, headers, _peer_host(context.peer()), request_id, self._timeout(context)
             )
@@ -208,7 +207,8 @@ class GatewayServicer(pb_grpc.GRPCInferenceServiceServicer):
             request_id = clean_request_id(request.id or headers.get("x-request-id", ""))
             REQUEST_ID.set(request_id)
             try:
-                response, _ = await self._forward(request, headers, peer, request_id, self._settings.request_timeout_s)
+                reply, _ = await self._forward(request, headers, peer, request_id, self._settings.request_timeout_s)
+                response = as_message(reply)  # its id is changed below
                 response.id = request.id
                 return pb.ModelStreamInferResponse(infer_response=response)
             except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply on the stream
@@ -247,7 +247,7 @@ async def start_grpc(service: OipService, edge: Edge, metrics: GatewayMetrics | 
         # Calls past what admission could hold are refused at once (RESOURCE_EXHAUSTED), never buffered.
         maximum_concurrent_rpcs=settings.max_in_flight + settings.max_queue,
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(GatewayServicer(service, edge, metrics), server)
+    add_inference_service(GatewayServicer(service, edge, metrics), server)  # a worker's reply passes as it came
     credentials = _server_credentials(settings)
     address = f"{settings.host}:{port}"
     secure = credentials is not None

@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.oip.binary import BINARY_SIZE
 from depthserve.gateway.oip.json_requests import OutputChoice
+from depthserve.protocol.reply_wire import InferResponse, as_message
 from depthserve.protocol.tensors import DATATYPES, TensorError, deserialize_bytes, element_count, serialize_bytes
 
 _TYPED_FIELDS = {
@@ -55,7 +56,7 @@ def _typed_to_raw(tensor: pb.ModelInferResponse.InferOutputTensor) -> bytes:
         raise ReplyError(f"output {tensor.name!r} has values out of range for {tensor.datatype}") from None
 
 
-def output_contents(response: pb.ModelInferResponse) -> list[bytes]:
+def output_contents(response: InferResponse) -> list[bytes | memoryview]:
     """Give each output's raw contents, from raw_output_contents or converted from typed contents."""
     if response.raw_output_contents:
         if len(response.raw_output_contents) != len(response.outputs):
@@ -64,10 +65,14 @@ def output_contents(response: pb.ModelInferResponse) -> list[bytes]:
     return [_typed_to_raw(tensor) for tensor in response.outputs]
 
 
-def with_raw_outputs(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
-    """Move typed output contents into raw_output_contents, the form tritonclient's gRPC client reads."""
+def with_raw_outputs(response: InferResponse) -> InferResponse:
+    """Move typed output contents into raw_output_contents, the form tritonclient's gRPC client reads.
+
+    A reply already in that form is passed on as it came (a WireReply: its bytes, unparsed and uncopied).
+    """
     if response.raw_output_contents or not response.outputs:
         return response
+    response = as_message(response)
     contents = output_contents(response)
     for tensor in response.outputs:
         tensor.ClearField("contents")
@@ -75,7 +80,7 @@ def with_raw_outputs(response: pb.ModelInferResponse) -> pb.ModelInferResponse:
     return response
 
 
-def _json_data(datatype: str, shape: list[int], raw: bytes) -> list[Any] | None:
+def _json_data(datatype: str, shape: list[int], raw: bytes | memoryview) -> list[Any] | None:
     """Give flat JSON data for raw contents, or None when it has no faithful JSON form (BF16, non-UTF-8)."""
     if datatype == "BF16":
         return None
@@ -95,13 +100,15 @@ def _json_data(datatype: str, shape: list[int], raw: bytes) -> list[Any] | None:
     return np.frombuffer(raw, dtype=dtype).tolist()
 
 
-def infer_response_json(response: pb.ModelInferResponse, choice: OutputChoice) -> tuple[dict[str, Any], list[bytes]]:
+def infer_response_json(
+    response: InferResponse, choice: OutputChoice
+) -> tuple[dict[str, Any], list[bytes | memoryview]]:
     """Render a reply as the REST JSON header plus binary chunks, keeping only the outputs asked for."""
     contents = output_contents(response)
     by_name = {tensor.name: (tensor, raw) for tensor, raw in zip(response.outputs, contents, strict=True)}
     names = list(by_name) if choice.requested is None else list(choice.requested)
     outputs: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
+    chunks: list[bytes | memoryview] = []
     for name in names:
         if name not in by_name:
             raise TensorError(f"requested output {name!r} is not in the model's reply (it has {', '.join(by_name)})")

@@ -24,7 +24,7 @@ from depthserve.gateway.oip.json_requests import check_name
 from depthserve.gateway.oip.replies import config_from_metadata, message_to_json
 from depthserve.gateway.oip.stats import ModelStats
 from depthserve.gateway.upstream.pool import BackendPool
-from depthserve.gateway.upstream.transport import Fault, Transport, TransportError
+from depthserve.gateway.upstream.transport import Fault, InferResponse, Transport, TransportError
 from depthserve.protocol.infer_wire import header_of
 from depthserve.protocol.tensors import TensorError
 from depthserve.telemetry.tracing import span
@@ -140,7 +140,7 @@ class OipService:
         request_id: str,
         timeout_s: float | None,
         build: BuildRequest,
-    ) -> tuple[pb.ModelInferResponse, str]:
+    ) -> tuple[InferResponse, str]:
         """Forward one inference like any other request (admitted, balanced, retried) and count it.
 
         A (model, version) gets a statistics row once a backend served it, or from the start for a

@@ -17,8 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.upstream.transport import Fault, InferReply, InferRequest, TransportError
-from depthserve.protocol.infer_wire import inference_stub
 from depthserve.protocol.load_report import from_metadata
+from depthserve.protocol.reply_wire import inference_stub
 from depthserve.telemetry.tracing import client_interceptors
 
 # gRPC's default reconnect backoff grows to 120 s: a worker down for 10 s was redialled only ~6.5 s after it

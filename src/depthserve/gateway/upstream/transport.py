@@ -17,6 +17,7 @@ from tritonclient.grpc import service_pb2 as pb
 from depthserve.gateway.errors import GatewayError
 from depthserve.protocol.infer_wire import WireRequest
 from depthserve.protocol.load_report import LoadReport
+from depthserve.protocol.reply_wire import InferResponse
 
 InferRequest: TypeAlias = pb.ModelInferRequest | WireRequest  # a WireRequest is already serialized
 
@@ -68,7 +69,7 @@ class TransportError(Exception):
 class InferReply:
     """A backend's answer to one inference, with the load report that rode on it."""
 
-    response: pb.ModelInferResponse
+    response: InferResponse  # a WireReply from a gRPC backend: its outputs are views of the reply's bytes
     load: LoadReport | None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.buckets import BATCH_SIZE_BOUNDS, BucketCounts
 from depthserve.worker.batching.key import batch_key
-from depthserve.worker.batching.policy import BatchPolicy, GroupView, group_limit, make_policy
+from depthserve.worker.batching.policy import BatchPolicy, GroupView, Plan, group_limit, make_policy
 from depthserve.worker.batching.queue import BatchQueue, Waiting
 from depthserve.worker.batching.run import compute_batch
 from depthserve.worker.batching.stats import BatchStats
@@ -94,7 +94,7 @@ class Batcher:
                 item.future.set_exception(TimeoutError("deadline passed while queued; not computed"))
         wake_at: float | None = None
         while self._queue and len(self._batches) < self._device.slots:
-            plan = self._policy.plan(now, [self._view(key, group, now) for key, group in self._queue.groups()])
+            plan = self._lone(now) if self.max_batch == 1 else self._plan(now)
             if plan.key is None:
                 wake_at = plan.wake_at
                 break
@@ -110,6 +110,18 @@ class Batcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _plan(self, now: float) -> Plan:
+        return self._policy.plan(now, [self._view(key, group, now) for key, group in self._queue.groups()])
+
+    def _lone(self, now: float) -> Plan:
+        """The policy's plan when batches hold one request: every group is full, so the best-ranked request
+        runs (the oldest, low-priority ones counted later).
+
+        The same answer plan_groups gives, without a view of each group (curves, rates): nothing to batch.
+        """
+        key, _ = min(self._queue.groups(), key=lambda entry: self._queue.rank(entry[0]))
+        return Plan(key, 1)
 
     def _view(self, key: Hashable, group: deque[Waiting], now: float) -> GroupView:
         deadlines = [item.deadline for item in group if item.deadline is not None]
