@@ -5,7 +5,10 @@ one synthetic worker with 0 ms service time, so the difference is what the gatew
 `/v1/depth` against direct gRPC with an npy reply, and the Open Inference Protocol (REST with binary
 tensors, and gRPC) through the gateway against direct gRPC with raw tensors in the reply.
 
-    python bench/overhead.py [--requests 3000] [--streams 1,8]
+    python bench/overhead.py [--requests 3000] [--streams 1,8] [--gateway-tree ../old-checkout]
+
+`--gateway-tree` runs an older commit's gateway in front of this tree's worker, so two commits' gateways
+are compared against the same worker (each tree's own worker would move the baseline too).
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ def main() -> None:
     parser.add_argument("--streams", default="1,8", help="in-flight requests per run, comma-separated")
     parser.add_argument("--size", type=int, default=224, help="square image side, pixels")
     parser.add_argument("--groups", default="depth,oip", help="which groups to run: depth (/v1/depth), oip")
+    parser.add_argument(
+        "--gateway-tree",
+        type=Path,
+        help="run the gateway from this checkout's src/ (an older commit), against this tree's worker",
+    )
     args = parser.parse_args()
     groups = set(args.groups.split(","))
     require_h2load()
@@ -114,7 +122,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logs:
         worker, address = start_worker(Path(logs), "--model", "synthetic", "--synthetic-ms", "0")
         grpc_port = free_port()
-        gateway, url = start_gateway(Path(logs), [address], "--grpc-port", str(grpc_port))
+        tree = {"PYTHONPATH": str(args.gateway_tree.resolve() / "src")} if args.gateway_tree else None
+        gateway, url = start_gateway(Path(logs), [address], "--grpc-port", str(grpc_port), env=tree)
         gateway_grpc = f"127.0.0.1:{grpc_port}"
         worker_url = f"http://{address}/inference.GRPCInferenceService/ModelInfer"
         gateway_grpc_url = f"http://{gateway_grpc}/inference.GRPCInferenceService/ModelInfer"

@@ -96,8 +96,12 @@ def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str 
     return proc, address
 
 
-def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True) -> tuple[Proc, str]:
+def start_gateway(
+    log_dir: Path, backends: Sequence[str], *extra: str, wait_ready: bool = True, env: dict[str, str] | None = None
+) -> tuple[Proc, str]:
     """Start a gateway in front of `backends` and wait until /readyz (or /healthz) answers.
+
+    `env` adds to the inherited environment (a benchmark sets PYTHONPATH to run another tree's gateway).
 
     With DEPTHSERVE_TEST_GATEWAY_PROCESSES=N in the environment, a gateway not told otherwise runs N processes
     (so the suites that check limits can be run against a gateway of several).
@@ -109,6 +113,7 @@ def start_gateway(log_dir: Path, backends: Sequence[str], *extra: str, wait_read
     proc = Proc(
         ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra],
         log_dir / f"gateway-{port}.log",
+        env,
     )
     url = f"http://127.0.0.1:{port}"
     if wait_ready:
