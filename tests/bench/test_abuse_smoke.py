@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,5 @@ def test_smoke_run_reports_every_run_with_its_figures(tmp_path: Path) -> None:
     assert "uploads held" in attacks["slow-upload"]
     assert "replies unread" in attacks["unread-reply"]
     assert int(attacks["overload"].split()[0]) > 0  # "N sent, A/s of R/s: {statuses}"
+    # The refusal probe read whole replies over its own HTTP/1.1 connection: answers, not socket errors.
+    assert re.search(r"probe got \{'(200|503)[^']*': \d+", attacks["overload"]), attacks["overload"]
