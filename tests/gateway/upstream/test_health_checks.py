@@ -184,6 +184,35 @@ def test_a_failed_inference_probe_outvotes_a_passing_health_answer() -> None:
     virtual_time.run(main())
 
 
+def test_a_worker_frozen_during_an_inference_probe_is_out_in_threshold_rounds_not_the_probe_timeout() -> None:
+    async def main() -> None:
+        pool, fleet = fake_pool(
+            ["a:1"],
+            health_interval_s=0.5,
+            health_timeout_s=0.5,
+            unhealthy_threshold=2,
+            healthy_threshold=1,
+            probe_inference_every=1,
+            probe_timeout_s=10.0,
+        )
+        backend, loop = pool.backends["a:1"], asyncio.get_running_loop()
+        await pool.checker.check(backend)
+        assert backend.health.healthy
+        fleet["a:1"].then(Step(hang=True))  # SIGSTOP lands while the inference probe runs
+        frozen_at = loop.time()
+        await pool.checker.check(backend)  # health answered before the freeze; the probe goes on
+        assert backend.health.healthy
+        fleet["a:1"].health_step = Step(hang=True)  # from now on health times out too
+        for _ in range(2):
+            await pool.checker.check(backend)
+        assert not backend.health.healthy
+        assert loop.time() - frozen_at < 2.0  # virtual seconds: three rounds, not the 10 s probe timeout
+        fleet["a:1"].health_step = Step()  # thawed: the background probe's verdict is not waited for
+        await pool.close()
+
+    virtual_time.run(main())
+
+
 def test_checks_run_on_their_interval_with_jitter() -> None:
     async def main() -> None:
         pool, fleet = fake_pool(["a:1"], health_interval_s=1.0)
