@@ -376,7 +376,10 @@ class ProbeConnection:
     def exchange(self, request: bytes) -> tuple[int, bytes]:
         """Send one request; give the reply's status and body (chunked or by length)."""
         self.sock.sendall(request)
-        status = int(self.reader.readline().split()[1])
+        status_line = self.reader.readline()
+        if not status_line:
+            raise ConnectionResetError("the gateway closed the connection")  # an OSError: the loop reconnects
+        status = int(status_line.split()[1])
         headers: dict[str, str] = {}
         while (line := self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode("latin-1").partition(":")

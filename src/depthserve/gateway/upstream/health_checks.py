@@ -45,7 +45,6 @@ class HealthChecker:
         self._on_stall = on_stall or (lambda backend: None)
         self._probes: dict[str, pb.ModelInferRequest] = {}  # per model name, built once
         self._rounds: dict[str, int] = {}
-        self._inferring: dict[str, asyncio.Task[str]] = {}  # address -> inference probe outliving its round
 
     def _probe_for(self, backend: Backend) -> pb.ModelInferRequest:
         """The probe in the model the backend serves (a backend of another model would answer NOT_FOUND)."""
@@ -57,16 +56,6 @@ class HealthChecker:
     def forget(self, address: str) -> None:
         """Drop what is kept about a removed backend, so churning membership does not grow memory."""
         self._rounds.pop(address, None)
-        if (pending := self._inferring.pop(address, None)) is not None:
-            pending.cancel()
-
-    async def close(self) -> None:
-        """Cancel the inference probes still running (the pool is closing)."""
-        pending = list(self._inferring.values())
-        self._inferring.clear()
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
     def _wants_inference(self, backend: Backend, now: float) -> bool:
         """Every Nth round, and every round while anything is in doubt (a failed check, not ready, ejected)."""
@@ -86,22 +75,27 @@ class HealthChecker:
         """Run one check: 'proven' (health and a real inference passed), 'ok' (health only), 'inconclusive',
         'not_serving', or a failure description."""
         result = await self._health(backend)
-        if result != "ok":
+        if result != "ok" or not self._wants_inference(backend, now):
             return result
-        pending = self._inferring.get(backend.address)
-        if pending is None:
-            if not self._wants_inference(backend, now):
+        # A forward may take long (queued behind traffic, a large model); gRPC health is still asked every
+        # interval meanwhile, so a worker frozen mid-probe is out in threshold rounds, not at the probe's timeout.
+        inference = asyncio.ensure_future(self._infer(backend, now))
+        watch = asyncio.ensure_future(self._health_while_inferring(backend))
+        try:
+            await asyncio.wait({inference, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (inference, watch):
+                task.cancel()
+            await asyncio.gather(inference, watch, return_exceptions=True)
+        return inference.result() if inference.done() and not inference.cancelled() else watch.result()
+
+    async def _health_while_inferring(self, backend: Backend) -> str:
+        """Ask gRPC health every interval until an answer is not SERVING; give that answer."""
+        while True:
+            await asyncio.sleep(self._settings.health_interval_s)
+            result = await self._health(backend)
+            if result != "ok":
                 return result
-            pending = asyncio.ensure_future(self._infer(backend, now))
-            self._inferring[backend.address] = pending
-        # A probe slower than a round (a forward queued behind traffic, or a worker frozen mid-probe) goes on
-        # in the background: the next rounds still ask gRPC health, so a freeze is seen in threshold rounds,
-        # not after the probe's own timeout.
-        done, _ = await asyncio.wait({pending}, timeout=self._settings.health_interval_s)
-        if not done:
-            return result
-        del self._inferring[backend.address]
-        return pending.result()
 
     async def _infer(self, backend: Backend, now: float) -> str:
         """Run the inference probe: 'proven', 'inconclusive' (busy, or queued behind traffic), or a failure."""

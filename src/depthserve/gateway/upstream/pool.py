@@ -298,5 +298,4 @@ class BackendPool:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._checks.clear()
-        await self.checker.close()
         await asyncio.gather(*(b.close() for b in self.backends.values()))
