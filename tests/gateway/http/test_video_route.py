@@ -20,6 +20,7 @@ from depthserve.testing.clips import make_clip
 from depthserve.testing.processes import start_gateway, start_worker
 from depthserve.testing.samples import png_bytes
 
+MP4 = {"content-type": "video/mp4"}
 LIMITS = ["--video-max-frames", "50", "--video-max-seconds", "5.2", "--video-max-frame-pixels", "400000"]
 
 
@@ -138,24 +139,32 @@ def test_other_content_types_and_options_are_refused(cluster: dict[str, Any]) ->
     assert post(cluster["url"], b"", kind="video/mp4").status_code == 400
 
 
-def test_a_client_that_goes_away_cancels_the_frames_left(cluster: dict[str, Any]) -> None:
-    url = cluster["url"]
-    before = cluster_view(url)["admission"]["admitted"]
-    clip = make_clip(cluster["clips"] / "fifty.mp4", 50).read_bytes()  # ~0.5 s of work at 20 ms over 2 workers
-    with (
-        httpx.Client(http1=False, http2=True, timeout=60) as client,
-        client.stream("POST", f"{url}/v1/depth/video", content=clip, headers={"content-type": "video/mp4"}) as reply,
-    ):
-        assert reply.status_code == 200
-        next(reply.iter_raw())  # the first frame has arrived; now hang up
-    deadline = time.monotonic() + 30
-    view = cluster_view(url)
-    while (view["videos"]["active"] or view["admission"]["in_flight"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+def test_a_client_that_goes_away_cancels_the_frames_left(tmp_path: Path) -> None:
+    # Workers at 100 ms: 50 frames are 2.5 s of work over two, far more than a loaded machine takes to see
+    # the hang-up (at 20 ms, 0.5 s, a busy CI run had sent every frame before the reset reached the writer).
+    workers = [start_worker(tmp_path, "--synthetic-ms", "100", name=f"slow{i}") for i in range(2)]
+    gateway, url = start_gateway(tmp_path, [address for _, address in workers], *LIMITS)
+    try:
+        before = cluster_view(url)["admission"]["admitted"]
+        clip = make_clip(tmp_path / "fifty.mp4", 50).read_bytes()
+        with (
+            httpx.Client(http1=False, http2=True, timeout=60) as client,
+            client.stream("POST", f"{url}/v1/depth/video", content=clip, headers=MP4) as reply,
+        ):
+            assert reply.status_code == 200
+            next(reply.iter_raw())  # the first frame has arrived; now hang up
+        deadline = time.monotonic() + 30
         view = cluster_view(url)
-    assert view["videos"]["active"] == 0 and view["admission"]["in_flight"] == 0
-    assert view["admission"]["admitted"] - before < 50  # the frames left were never sent
-    assert post(url, cluster["clip"], "?max_frames=2").status_code == 200
+        while (view["videos"]["active"] or view["admission"]["in_flight"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            view = cluster_view(url)
+        assert view["videos"]["active"] == 0 and view["admission"]["in_flight"] == 0
+        assert view["admission"]["admitted"] - before < 50  # the frames left were never sent
+        assert post(url, clip, "?max_frames=2").status_code == 200
+    finally:
+        gateway.stop()
+        for worker, _ in workers:
+            worker.stop()
 
 
 def test_videos_have_their_own_route_label_and_stay_out_of_the_image_history(cluster: dict[str, Any]) -> None:
