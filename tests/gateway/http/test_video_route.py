@@ -140,13 +140,15 @@ def test_other_content_types_and_options_are_refused(cluster: dict[str, Any]) ->
 
 
 def test_a_client_that_goes_away_cancels_the_frames_left(tmp_path: Path) -> None:
-    # Workers at 100 ms: 50 frames are 2.5 s of work over two, far more than a loaded machine takes to see
-    # the hang-up (at 20 ms, 0.5 s, a busy CI run had sent every frame before the reset reached the writer).
+    # 200 frames on two workers at 100 ms are 10 s of work: far more than a loaded machine takes to carry the
+    # hang-up to the video (busy CI runs took more than 0.5 s, and once more than 1.7 s, to see it).
+    frames = 200
     workers = [start_worker(tmp_path, "--synthetic-ms", "100", name=f"slow{i}") for i in range(2)]
-    gateway, url = start_gateway(tmp_path, [address for _, address in workers], *LIMITS)
+    limits = ["--video-max-frames", str(frames), "--video-max-seconds", str(frames / 10 + 1)]
+    gateway, url = start_gateway(tmp_path, [address for _, address in workers], *limits)
     try:
         before = cluster_view(url)["admission"]["admitted"]
-        clip = make_clip(tmp_path / "fifty.mp4", 50).read_bytes()
+        clip = make_clip(tmp_path / "long.mp4", frames).read_bytes()
         with (
             httpx.Client(http1=False, http2=True, timeout=60) as client,
             client.stream("POST", f"{url}/v1/depth/video", content=clip, headers=MP4) as reply,
@@ -159,7 +161,7 @@ def test_a_client_that_goes_away_cancels_the_frames_left(tmp_path: Path) -> None
             time.sleep(0.05)
             view = cluster_view(url)
         assert view["videos"]["active"] == 0 and view["admission"]["in_flight"] == 0
-        assert view["admission"]["admitted"] - before < 50  # the frames left were never sent
+        assert view["admission"]["admitted"] - before < frames  # the frames left were never sent
         assert post(url, clip, "?max_frames=2").status_code == 200
     finally:
         gateway.stop()
