@@ -84,3 +84,57 @@ async def test_five_times_overload_is_refused_at_the_door_without_a_retry_storm(
         gateway.stop()
         for proc, _ in workers:
             proc.stop()
+
+
+HEAVY_SERVICE_MS = 300  # one worker: 3.3/s, so the order of replies is plain even on a loaded machine
+HEAVY_LOOPS = 6  # the heavy client keeps six requests going: the worker's capacity (2) always full
+
+
+async def test_a_light_client_waits_only_for_the_request_a_worker_is_running(tmp_path: Path, rgb_png: bytes) -> None:
+    """Under a heavy client's overload a light client's request is sent past the workers' capacity, marked for
+    the front of the worker's queue: between its send and its reply the heavy client gets at most the one
+    reply the worker was running (two before express slots: that one and the heavy request queued behind it)."""
+    worker, address = start_worker(
+        tmp_path, "--synthetic-ms", str(HEAVY_SERVICE_MS), "--warmup-levels", "0", name="slow"
+    )
+    config = tmp_path / "express.yaml"
+    config.write_text("probe_inference_every: 0\nmax_queue_wait_s: 20\n")
+    gateway, url = start_gateway(tmp_path, [address], "--config", str(config))
+    heavy_done: list[float] = []
+    heavy_outcomes: Counter[int] = Counter()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def heavy_loop(client: httpx.AsyncClient) -> None:
+        while not stop.is_set():
+            reply = await client.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"})
+            heavy_outcomes[reply.status_code] += 1
+            if reply.status_code == 200:
+                heavy_done.append(loop.time())
+            else:
+                await asyncio.sleep(0.05)
+
+    try:
+        async with httpx.AsyncClient(http2=True, http1=False, timeout=60) as heavy:
+            loops = [asyncio.create_task(heavy_loop(heavy)) for _ in range(HEAVY_LOOPS)]
+            while len(heavy_done) < 3:  # the worker has reported its capacity: the heavy client holds all of it
+                await asyncio.sleep(0.05)
+            transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address="127.0.0.2")
+            overtaken: list[int] = []
+            async with httpx.AsyncClient(transport=transport, timeout=60) as light:
+                for _ in range(4):
+                    sent = loop.time()
+                    reply = await light.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"})
+                    answered = loop.time()
+                    assert reply.status_code == 200, reply.text
+                    overtaken.append(sum(1 for done in heavy_done if sent < done < answered))
+                    await asyncio.sleep(0.1)
+            stop.set()
+            await asyncio.gather(*loops)
+        admission = httpx.get(f"{url}/v1/cluster", timeout=5).json()["admission"]
+        print(f"\nheavy replies during each light request: {overtaken}; heavy {dict(heavy_outcomes)}; {admission}")
+        assert max(overtaken) <= 1  # only the request the worker was running when the light one came
+        assert admission["express"] >= 4 and heavy_outcomes[200] > 0
+    finally:
+        gateway.stop()
+        worker.stop()

@@ -9,13 +9,23 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.protocol.depth_api import DepthInputs, build_request, parse_request
+from depthserve.protocol.depth_api import (
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
+    DepthInputs,
+    build_request,
+    parse_request,
+    request_priority,
+    set_priority,
+)
 from depthserve.protocol.infer_wire import (
     WireRequest,
     depth_request_wire,
     header_of,
     join_request,
+    priority_of,
     serialize_request,
+    with_priority,
 )
 
 
@@ -73,3 +83,19 @@ def test_a_large_upload_is_copied_once() -> None:
         tracemalloc.stop()
     assert len(wire.wire) > size
     assert peak < size * 1.1  # the one copy (joining, filling protobuf and serializing made three)
+
+
+def test_a_priority_is_appended_to_a_wire_request_and_the_worker_reads_the_last_one() -> None:
+    image = os.urandom(5000)
+    wire = depth_request_wire("m", DepthInputs(image=b"", resolution_level=3), "r1", {"image": split(image, 700)})
+    marked = with_priority(wire, HIGH_PRIORITY)
+    assert isinstance(marked, WireRequest) and priority_of(marked) == HIGH_PRIORITY
+    parsed = pb.ModelInferRequest.FromString(marked.SerializeToString())
+    assert request_priority(parsed) == HIGH_PRIORITY  # protobuf keeps a map key's last value
+    assert parse_request(parsed).image == image and parse_request(parsed).resolution_level == 3
+    assert priority_of(wire) is None and request_priority(pb.ModelInferRequest.FromString(wire.wire)) == 0  # untouched
+    message = build_request("m", DepthInputs(image=image))
+    set_priority(message, LOW_PRIORITY)
+    assert priority_of(message) == LOW_PRIORITY
+    unmarked = with_priority(message, 0)
+    assert request_priority(unmarked) == 0 and priority_of(message) == LOW_PRIORITY  # a copy: the original stays

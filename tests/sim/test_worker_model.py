@@ -61,3 +61,18 @@ def test_a_hung_worker_never_answers_and_its_noise_is_seeded() -> None:
     noisy = ServiceModel(0.01, 0.0, sigma=1.0)
     first = [noisy.time(1.0, 1.0, random.Random(3)) for _ in range(5)]
     assert first == [noisy.time(1.0, 1.0, random.Random(3)) for _ in range(5)]
+
+
+def test_a_high_priority_job_runs_next_as_at_a_real_worker() -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        sim = worker(max_batch=1)
+        done: list[str] = []
+        for name, high in (("running", False), ("queued", False), ("express1", True), ("express2", True)):
+            future = loop.create_future()
+            future.add_done_callback(lambda _, n=name: done.append(n))
+            assert sim.submit(Job(1.0, 9, future, loop.time(), high), loop)
+        await asyncio.sleep(1.0)
+        return done
+
+    assert virtual_time.run(main()) == ["running", "express1", "express2", "queued"]

@@ -82,6 +82,11 @@ class GatewayCollector(Collector):
         yield CounterMetricFamily(
             "depthserve_gateway_admitted", "Requests that got an admission slot.", admission.admitted
         )
+        yield CounterMetricFamily(
+            "depthserve_gateway_admitted_express",
+            "Requests of a client under its share let past the workers' capacity to the front of a worker's queue.",
+            admission.express,
+        )
         wait = histogram_family(
             "depthserve_gateway_admission_wait_seconds", "Time admitted requests waited for a slot.", []
         )

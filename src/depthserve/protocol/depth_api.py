@@ -27,7 +27,8 @@ OUTPUT_FORMATS = ("raw", "npy", "png16", "preview", "ply")
 DEFAULT_RESOLUTION_LEVEL = 9
 CONTENT_TYPE_PARAM = "content_type"
 PRIORITY_PARAM = "priority"
-LOW_PRIORITY = 2  # Triton's numbering: 0 the default, 1 the highest level, larger numbers served later
+HIGH_PRIORITY = 1  # Triton's numbering: 0 the default, 1 the highest level, larger numbers served later
+LOW_PRIORITY = 2
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ def request_priority(request: pb.ModelInferRequest) -> int:
 
 
 def set_priority(request: pb.ModelInferRequest, priority: int) -> None:
-    """Mark a request with a Triton-style priority (`LOW_PRIORITY` for work that may wait, as video frames)."""
+    """Mark a request with a Triton-style priority (`LOW_PRIORITY` for work that may wait, as video frames,
+    `HIGH_PRIORITY` for the front of the worker's queue)."""
     request.parameters[PRIORITY_PARAM].int64_param = priority
 
 

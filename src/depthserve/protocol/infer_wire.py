@@ -16,7 +16,7 @@ from typing import Protocol
 
 from tritonclient.grpc import service_pb2 as pb
 
-from depthserve.protocol.depth_api import DepthInputs, build_request
+from depthserve.protocol.depth_api import PRIORITY_PARAM, DepthInputs, build_request, set_priority
 
 Piece = bytes | memoryview  # part of a raw input as received (a body chunk, or a slice of one)
 _RAW_FIELD = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
@@ -81,6 +81,29 @@ def join_request(header: pb.ModelInferRequest, raws: Sequence[Sequence[Piece]]) 
 def header_of(request: pb.ModelInferRequest | WireRequest) -> pb.ModelInferRequest:
     """The names, shapes and parameters of a request, whichever form it is in (for checks before sending)."""
     return request.header if isinstance(request, WireRequest) else request
+
+
+def priority_of(request: pb.ModelInferRequest | WireRequest) -> int | None:
+    """The integer `priority` parameter a request carries, or None (absent, or not an integer: the worker says so)."""
+    param = header_of(request).parameters.get(PRIORITY_PARAM)
+    return None if param is None or param.WhichOneof("parameter_choice") != "int64_param" else param.int64_param
+
+
+def with_priority(request: pb.ModelInferRequest | WireRequest, priority: int) -> pb.ModelInferRequest | WireRequest:
+    """A copy of the request marked with a Triton-style `priority` (the request may be shared: a retry, or a
+    simulator's prebuilt one); a WireRequest gets the parameter appended to its bytes, as protobuf keeps the
+    last value of a map key."""
+    if not isinstance(request, WireRequest):
+        copy = pb.ModelInferRequest()
+        copy.CopyFrom(request)
+        set_priority(copy, priority)
+        return copy
+    marked = pb.ModelInferRequest()
+    set_priority(marked, priority)
+    header = pb.ModelInferRequest()
+    header.CopyFrom(request.header)
+    set_priority(header, priority)
+    return WireRequest(request.wire + marked.SerializeToString(), header)
 
 
 def bytes_element(pieces: Sequence[Piece]) -> list[Piece]:

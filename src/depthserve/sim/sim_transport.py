@@ -12,6 +12,7 @@ import asyncio
 from tritonclient.grpc import service_pb2 as pb
 
 from depthserve.gateway.upstream.transport import Fault, InferReply, InferRequest, TransportError
+from depthserve.protocol.depth_api import HIGH_PRIORITY, PRIORITY_PARAM
 from depthserve.protocol.infer_wire import header_of
 from depthserve.protocol.load_report import LoadReport
 from depthserve.sim.worker_model import Job, SimWorker
@@ -21,11 +22,13 @@ COST = "sim-cost"  # request parameters the simulator's requests carry: their co
 GRID = "sim-grid"
 
 
-def _cost_and_grid(request: InferRequest) -> tuple[float, int]:
+def _job_of(request: InferRequest) -> tuple[float, int, bool]:
+    """The request's cost, token grid and whether it is priority 1 (the gateway's express slots)."""
     params = header_of(request).parameters
     cost = params[COST].double_param if COST in params else 1.0
     grid = params[GRID].int64_param if GRID in params else 0
-    return cost, grid
+    high = PRIORITY_PARAM in params and params[PRIORITY_PARAM].int64_param == HIGH_PRIORITY
+    return cost, grid, high
 
 
 class SimTransport:
@@ -52,8 +55,8 @@ class SimTransport:
             raise TransportError(Fault.UNAVAILABLE, REFUSED)
         future: asyncio.Future[object] = self._loop.create_future()
         if not worker.cut_off:
-            cost, grid = _cost_and_grid(request)
-            if not worker.submit(Job(cost, grid, future, self._loop.time()), self._loop):
+            cost, grid, high = _job_of(request)
+            if not worker.submit(Job(cost, grid, future, self._loop.time(), high), self._loop):
                 raise TransportError(Fault.BUSY, "queue full", worker.report(self._loop.time()))
         report = await self._wait(future, timeout_s)
         assert isinstance(report, LoadReport)

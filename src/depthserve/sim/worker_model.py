@@ -1,7 +1,8 @@
 """A simulated GPU worker: its queue, its batches and their service times, on the event loop's (virtual) clock.
 
 It behaves as a real worker does towards the gateway: a bounded queue (RESOURCE_EXHAUSTED beyond it),
-batches of requests sharing a token grid run one at a time, a batch of n costing (a + b * sum of item
+batches of requests sharing a token grid run one at a time (priority 1 first, as a real worker's queue
+serves the gateway's express slots), a batch of n costing (a + b * sum of item
 costs) / speed with heavy-tailed noise, and a load report on every reply. Its condition changes with
 the scenario's events: slowed (thermal throttling, a noisy neighbour), dead (connections refused),
 hung (accepts work and never answers), cut off (a partitioned rack), warming up (NOT_SERVING).
@@ -37,6 +38,7 @@ class Job:
     grid: int
     future: asyncio.Future[object]  # set to the reply's LoadReport, or to the error the call fails with
     arrived: float
+    high: bool = False  # priority 1: queued ahead of every other job, after earlier high ones
 
 
 @dataclass
@@ -86,9 +88,16 @@ class SimWorker:
 
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop) -> bool:
         """Queue a job; False when the queue is full (the worker refuses it for load)."""
-        if len(self.queue) >= self.queue_limit:
+        queue = self.queue
+        if len(queue) >= self.queue_limit:
             return False
-        self.queue.append(job)
+        if job.high:
+            ahead = 0
+            while ahead < len(queue) and queue[ahead].high:
+                ahead += 1
+            queue.insert(ahead, job)
+        else:
+            queue.append(job)
         if not self.running and not self.hung:
             self._start(loop)
         return True

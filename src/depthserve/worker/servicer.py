@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from depthserve import __version__
-from depthserve.protocol.depth_api import LOW_PRIORITY, parse_request, request_priority
+from depthserve.protocol.depth_api import HIGH_PRIORITY, LOW_PRIORITY, parse_request, request_priority
 from depthserve.protocol.reply_wire import InferResponse
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.logs import REQUEST_ID
@@ -187,7 +187,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             raise NotReady("worker is not ready: the model is loading or warming up")
         self._state.last_request_at = asyncio.get_running_loop().time()
         inputs = parse_request(request)
-        low = request_priority(request) >= LOW_PRIORITY  # queued behind normal requests, within a bound
+        priority = request_priority(request)
+        low = priority >= LOW_PRIORITY  # queued behind normal requests, within a bound
         if self._runner.cheap_prepare:
             prepared = self._runner.prepare(inputs)
         else:
@@ -196,7 +197,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._memory.reserve(need)
         try:
             deadline = None if remaining_s is None else self._batcher.clock() + remaining_s
-            outputs = await self._batcher.run(prepared, deadline, low)
+            outputs = await self._batcher.run(prepared, deadline, low, priority == HIGH_PRIORITY)
         finally:
             self._memory.release(need)
         limit = self._max_reply_bytes

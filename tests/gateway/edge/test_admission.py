@@ -389,3 +389,75 @@ async def test_a_request_that_would_wait_past_its_budget_is_refused_at_the_door(
     for q in queued:
         q.release.set()
     await asyncio.gather(*tasks)
+
+
+async def test_a_light_client_takes_an_express_slot_past_the_workers_capacity() -> None:
+    capacity = 4  # two workers, each running one request with one queued
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: capacity)
+    order: list[str] = []
+    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(5)]
+    tasks = [holder.start() for holder in heavy]
+    await until(lambda: controller.model_in_flight("m") == 4 and controller.queued["normal"] == 1)
+    light = [Holder(controller, order, f"l{i}", client="light") for i in range(3)]
+    for holder in light[:2]:  # under its equal share (4 // 2 clients): past the cap, ahead of the heavy waiter
+        tasks.append(holder.start())
+        await holder.entered.wait()
+    assert controller.express == 2 and controller.model_in_flight("m") == 6
+    tasks.append(light[2].start())  # at its share now: it waits like anyone
+    await until(lambda: controller.queued["normal"] == 2)
+    video = Holder(controller, order, "v", client="video")
+    tasks.append(video.start("low"))  # low priority never goes express
+    await until(lambda: controller.queued["low"] == 1)
+    other = Holder(controller, order, "o", client="other")
+    tasks.append(other.start())  # under its share, but half the capacity (2) is all express may add
+    await until(lambda: controller.queued["normal"] == 3)
+    assert controller.express == 2 and order == ["h0", "h1", "h2", "h3", "l0", "l1"]
+    for holder in heavy + light + [video, other]:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller.model_in_flight("m") == 0
+    assert controller._express_in_flight == {}  # every express slot given back
+
+
+async def test_a_configured_model_limit_is_never_passed_by_an_express_slot() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, model_limits={"m": 2}, capacity=lambda model: 4)
+    order: list[str] = []
+    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(2)]
+    light = Holder(controller, order, "l", client="light")
+    tasks = [holder.start() for holder in heavy]
+    await until(lambda: controller.model_in_flight("m") == 2)
+    tasks.append(light.start())
+    await until(lambda: controller.queued["normal"] == 1)  # model_limits is the operator's word: no express
+    assert controller.express == 0
+    for holder in [*heavy, light]:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert order == ["h0", "h1", "l"] and controller.in_flight == 0
+
+
+async def test_a_light_clients_queued_request_is_marked_for_the_front_when_it_gets_a_slot() -> None:
+    controller = AdmissionController(max_in_flight=4, max_queue=16, capacity=lambda model: 4)  # no room for express
+    fronts: dict[str, bool] = {}
+    release = {name: asyncio.Event() for name in ("h0", "h1", "h2", "h3", "h4", "l")}
+
+    async def request(name: str, client: str) -> None:
+        async with controller.admit("m", later(), client=client) as front:
+            fronts[name] = front
+            await release[name].wait()
+
+    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(4)]
+    await until(lambda: len(fronts) == 4)
+    tasks.append(asyncio.create_task(request("h4", "heavy")))
+    await until(lambda: controller.queued["normal"] == 1)
+    tasks.append(asyncio.create_task(request("l", "light")))  # the gateway is full: it queues, behind h4
+    await until(lambda: controller.queued["normal"] == 2)
+    release["h0"].set()  # one slot frees: the light client holds fewest and goes, marked for the front
+    await until(lambda: "l" in fronts)
+    assert fronts == {"h0": False, "h1": False, "h2": False, "h3": False, "l": True}
+    release["h1"].set()
+    await until(lambda: "h4" in fronts)
+    assert fronts["h4"] is False  # the heavy client still holds its share (4 // 2): its request keeps its place
+    for event in release.values():
+        event.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller.express == 0

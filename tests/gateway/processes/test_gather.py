@@ -27,8 +27,9 @@ def test_every_process_series_is_kept_under_its_label_and_the_text_parses() -> N
 
 
 def view(in_flight: int, queued: int, served: int, limited: int) -> dict[str, object]:
+    admission = {"in_flight": in_flight, "queued": {"normal": queued}, "admitted": served, "express": queued}
     return {
-        "admission": {"in_flight": in_flight, "queued": {"normal": queued}, "admitted": served, "rejected": {}},
+        "admission": {**admission, "rejected": {}},
         "rate_limited": limited,
         "retries": 1,
         "retries_refused": 0,
@@ -40,7 +41,13 @@ def view(in_flight: int, queued: int, served: int, limited: int) -> dict[str, ob
 
 def test_cluster_counts_are_summed_and_each_process_is_listed() -> None:
     merged = merge_cluster(0, {0: view(1, 0, 10, 2), 1: view(2, 1, 5, 1)})
-    assert merged["admission"] == {"in_flight": 3, "queued": {"normal": 1}, "admitted": 15, "rejected": {}}
+    assert merged["admission"] == {
+        "in_flight": 3,
+        "queued": {"normal": 1},
+        "admitted": 15,
+        "express": 1,
+        "rejected": {},
+    }
     assert merged["rate_limited"] == 3 and merged["retries"] == 2
     assert merged["backends"] == [{"address": "w:1", "state": "ready", "in_flight": 3, "served": 15, "errors": 0}]
     assert [p["process"] for p in merged["processes"]] == [0, 1]

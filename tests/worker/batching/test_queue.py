@@ -69,3 +69,17 @@ async def test_discard_and_the_bound_hold_with_priorities() -> None:
     assert queue.waiting == 1 and queue.rank(first.key) == pytest.approx(1.0)
     first.future.cancel()  # its caller gave up just as it was taken: never handed to a batch
     assert queue.take(first.key, 1) == [] and not queue
+
+
+async def test_a_high_request_goes_before_every_other_even_with_no_low_delay() -> None:
+    for delay in (0.0, 1.0):
+        queue = BatchQueue(16, low_delay_s=delay)
+        normal, low, high = waiting(1, 0.0), waiting(2, 0.1), waiting(3, 5.0)
+        queue.add(normal)
+        queue.add(low, low=True)
+        queue.add(high, high=True)  # the gateway's express slot: arrived last, runs next
+        queue.add(waiting(4, 6.0), high=True)
+        key = normal.key
+        assert tags(queue.take(key, 1)) == [3]
+        assert tags(queue.take(key, 1)) == [4]  # among high requests, arrival order
+        assert tags(queue.take(key, 2)) == [1, 2]

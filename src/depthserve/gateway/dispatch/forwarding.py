@@ -16,6 +16,8 @@ from depthserve.gateway.edge.edge import Edge
 from depthserve.gateway.edge.upload_budget import UploadLease
 from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.transport import InferRequest, InferResponse
+from depthserve.protocol.depth_api import HIGH_PRIORITY
+from depthserve.protocol.infer_wire import priority_of, with_priority
 from depthserve.settings import GatewaySettings
 
 T = TypeVar("T")
@@ -76,7 +78,8 @@ class Forwarder:
         edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
-            async with edge.admission.admit(model, deadline, edge.priority(headers), who):
+            async with edge.admission.admit(model, deadline, edge.priority(headers), who) as express:
+                request = for_worker(request, express)
                 left = deadline - edge.clock()
                 info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
                 return await self.dispatcher.infer(request, info, left, request_id, timeout_s)
@@ -88,6 +91,16 @@ class Forwarder:
         if deadline - clock() <= 0:
             raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload")
         return request
+
+
+def for_worker(request: InferRequest, express: bool) -> InferRequest:
+    """The request as a worker should rank it: an express slot's at the front of its queue. A client may ask
+    to wait (OIP priority 2 and up) but never for the front itself: its priority 1 goes as the default."""
+    if express:
+        return with_priority(request, HIGH_PRIORITY)
+    if priority_of(request) == HIGH_PRIORITY:
+        return with_priority(request, 0)
+    return request
 
 
 async def within_upload_time(

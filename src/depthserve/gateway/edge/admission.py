@@ -7,6 +7,14 @@ one batch queued each, so surplus waits here, where the client holding fewest sl
 (waiting_room.py), not in a worker's FIFO queue behind the heaviest client. A request that would
 wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline) is refused at the
 door, in milliseconds, rather than queued to time out later.
+
+A worker runs its requests in turn, so a light client's request that waits here for a slot then
+waits again at the worker behind the heavy client's queued batch. Instead, a client holding less
+than an equal share of the workers' capacity takes an express slot past the cap (at most half the
+capacity in all, never past a configured limit), and its requests that had to queue here are
+marked too when they get a slot: the forwarder sends them for the front of the worker's queue, so
+they wait only for the batch the worker is running. A request that finds room at once is not
+marked (nothing is queued at the workers to pass).
 """
 
 from __future__ import annotations
@@ -61,12 +69,14 @@ class AdmissionController:
         self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
         self._room = WaitingRoom()
         self._model_in_flight: Counter[str] = Counter()
+        self._express_in_flight: Counter[str] = Counter()  # the part of _model_in_flight past the workers' capacity
         self._client_in_flight: Counter[str] = Counter()
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
         self._pruned_at = float("-inf")
         self.in_flight = 0
         self.admitted = 0  # requests that got a slot and ran
+        self.express = 0  # requests of a client under its share let past the workers' capacity, to the queue's front
         self.shed = 0  # waiters pushed out by a higher-priority or lighter client (also counted in rejected)
         self.rejected: Counter[str] = Counter()  # by GatewayError reason
         self.wait_seconds = BucketCounts()  # how long admitted requests waited for their slot, for metrics
@@ -86,13 +96,15 @@ class AdmissionController:
 
     def admit(
         self, model: str, deadline: float, priority: str = "normal", client: str = ""
-    ) -> AbstractAsyncContextManager[None]:
+    ) -> AbstractAsyncContextManager[bool]:
         """Hold a slot for the body of `async with`; `deadline` is absolute on this controller's clock.
 
         `client` is who the request is counted under (API key name or address): a freed slot goes to
-        the waiting client that holds the fewest. Raises ValueError at once for an unknown priority (the
-        caller answers 400), and GatewayError 503 "queue_full" or "deadline" from `async with` when no
-        slot can be had in time.
+        the waiting client that holds the fewest. `async with` gives True when the request is to go to
+        the front of a worker's queue (an express slot, or a light client's queued request), else False.
+        Raises ValueError at once for an
+        unknown priority (the caller answers 400), and GatewayError 503 "queue_full" or "deadline" from
+        `async with` when no slot can be had in time.
         """
         if priority not in RANK:
             raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(PRIORITIES)}")
@@ -109,19 +121,25 @@ class AdmissionController:
         backlog = len(self._room) + 1
         return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
 
-    async def _enter(self, model: str, deadline: float, priority: str, client: str) -> None:
-        """Take a slot (waiting in the queue if need be), and count the wait."""
+    async def _enter(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
+        """Take a slot (waiting in the queue if need be) and count the wait; say (express slot, front of queue)."""
         asked = self._clock()
         with span("gateway.admission", model=model, priority=priority):
-            await self._acquire(model, deadline, priority, client)
+            taken = await self._acquire(model, deadline, priority, client)
         self.admitted += 1
         self.wait_seconds.observe(self._clock() - asked)
+        return taken
 
-    async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> None:
+    async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
         self._dispatch()  # a capacity that grew since the last release may let waiters in first
         if self._has_room(model) and self._claim():  # by the invariant nobody queued could use this slot
             self._take(model, client)
-            return
+            return False, False
+        if priority != "low" and self._express_room(model, client) and self._claim():
+            self._take(model, client)
+            self._express_in_flight[model] += 1
+            self.express += 1
+            return True, True
         remaining = deadline - self._clock()
         if remaining <= 0:
             raise self._reject("deadline", f"deadline passed before a slot for model {model!r} was free")
@@ -136,6 +154,7 @@ class AdmissionController:
         )
         if not granted:
             raise self._reject("deadline", f"deadline passed while queued for model {model!r}")
+        return False, waiter.front
 
     def check_door(self, model: str, deadline: float, client: str) -> None:
         """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
@@ -209,6 +228,34 @@ class AdmissionController:
             return limit
         return capacity if limit is None else min(limit, capacity)
 
+    def _express_room(self, model: str, client: str) -> bool:
+        """Whether `client` may pass a model at its workers' capacity: it holds less than an equal share of
+        that capacity, has no request of its own waiting (it never overtakes itself), and the express slots
+        (at most half the capacity) and any configured limit leave room."""
+        if self._capacity is None or self.in_flight >= self.max_in_flight or self._room.waiting(client):
+            return False
+        capacity = self._capacities.get(model, (0.0, None))[1]  # read by _has_room an instant ago
+        limit = self.model_limits.get(model)
+        if capacity is None or (limit is not None and self._model_in_flight[model] >= limit):
+            return False
+        if self._express_in_flight[model] >= max(1, capacity // 2):
+            return False
+        return self._under_share(model, client)
+
+    def _under_share(self, model: str, client: str) -> bool:
+        """Whether `client` holds less than an equal share of the model's workers' capacity (unknown: no).
+
+        The capacity is shared among the clients holding slots (and this one) or, if more, those served
+        within the last ACTIVE_S: a heavy client whose requests all just finished does not count as alone.
+        """
+        capacity = self._capacities.get(model, (0.0, None))[1]
+        if capacity is None:
+            return False
+        self._prune()
+        held = self._client_in_flight.get(client, 0)
+        sharing = max(len(self._client_in_flight) + (0 if held else 1), len(self._last_served))
+        return held < max(1, capacity // sharing)
+
     def _has_room(self, model: str) -> bool:
         cap = self._model_cap(model)
         model_ok = cap is None or self._model_in_flight[model] < cap
@@ -230,8 +277,12 @@ class AdmissionController:
         """Requests waiting for a slot in the whole gateway (every process's queue, with several)."""
         return len(self._room)
 
-    def _release(self, model: str, client: str) -> None:
+    def _release(self, model: str, client: str, express: bool = False) -> None:
         self._unclaim()
+        if express:
+            self._express_in_flight[model] -= 1
+            if not self._express_in_flight[model]:
+                del self._express_in_flight[model]
         self.in_flight -= 1
         self._model_in_flight[model] -= 1
         if not self._model_in_flight[model]:
@@ -243,6 +294,7 @@ class AdmissionController:
         self._client_in_flight[client] -= 1
         if not self._client_in_flight[client]:
             del self._client_in_flight[client]
+        self._prune()  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -254,6 +306,7 @@ class AdmissionController:
             if waiter is None:
                 self._unclaim()
                 return
+            waiter.front = waiter.priority != "low" and self._under_share(waiter.model, waiter.client)
             self._take(waiter.model, waiter.client)
             waiter.ticket.grant()
 
@@ -274,7 +327,7 @@ def _rate(times: Sequence[float]) -> float | None:
 class _Slot:
     """One request's admission slot as an async context manager (a class: every request enters one)."""
 
-    __slots__ = ("_controller", "_model", "_deadline", "_priority", "_client")
+    __slots__ = ("_controller", "_model", "_deadline", "_priority", "_client", "_express")
 
     def __init__(self, controller: AdmissionController, model: str, deadline: float, priority: str, client: str):
         self._controller = controller
@@ -282,9 +335,11 @@ class _Slot:
         self._deadline = deadline
         self._priority = priority
         self._client = client
+        self._express = False
 
-    async def __aenter__(self) -> None:
-        await self._controller._enter(self._model, self._deadline, self._priority, self._client)
+    async def __aenter__(self) -> bool:
+        self._express, front = await self._controller._enter(self._model, self._deadline, self._priority, self._client)
+        return front
 
     async def __aexit__(self, *exc: object) -> None:
-        self._controller._release(self._model, self._client)
+        self._controller._release(self._model, self._client, self._express)

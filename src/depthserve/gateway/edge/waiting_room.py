@@ -29,6 +29,7 @@ class Waiter:
     priority: str
     client: str
     ticket: Ticket
+    front: bool = False  # set when granted: its client was under its share, so the worker runs it first
 
 
 class WaitingRoom:

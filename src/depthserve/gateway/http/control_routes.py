@@ -86,6 +86,7 @@ async def cluster_view(state: Any) -> dict[str, Any]:
                 "in_flight": admission.in_flight,
                 "queued": admission.queued,
                 "admitted": admission.admitted,
+                "express": admission.express,
                 "rejected": dict(admission.rejected),
             },
             "rate_limited": state.edge.limiter.limited,

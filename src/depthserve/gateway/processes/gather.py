@@ -59,7 +59,7 @@ def merge_cluster(own_index: int, views: Mapping[int, dict[str, Any]]) -> dict[s
         if index == own_index:
             continue
         theirs = view.get("admission", {})
-        for key in ("in_flight", "admitted"):
+        for key in ("in_flight", "admitted", "express"):
             admission[key] = admission.get(key, 0) + theirs.get(key, 0)
         for key in ("queued", "rejected"):
             admission[key] = dict(admission.get(key, {}))

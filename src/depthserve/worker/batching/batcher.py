@@ -71,14 +71,16 @@ class Batcher:
         """Most requests that may wait before the next one is refused."""
         return self._queue.limit
 
-    async def run(self, prepared: Prepared, deadline: float | None = None, low: bool = False) -> Outputs:
-        """Queue one request (deadline on `clock`; `low`: low priority), wait for its batch, give its outputs."""
+    async def run(
+        self, prepared: Prepared, deadline: float | None = None, low: bool = False, high: bool = False
+    ) -> Outputs:
+        """Queue one request (deadline on `clock`; `low`/`high`: its priority), wait for its batch, give its outputs."""
         now = self.clock()
         if deadline is not None and deadline <= now:
             raise TimeoutError("deadline passed before the request was queued; not computed")
         key = batch_key(prepared)
         item = Waiting(prepared, key, now, deadline, asyncio.get_running_loop().create_future())
-        self._queue.add(item, low)
+        self._queue.add(item, low, high)
         self.stats.arrived(key, now)
         try:
             self.pump()

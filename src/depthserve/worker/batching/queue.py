@@ -3,7 +3,9 @@
 A request's rank is its arrival time, plus `low_delay_s` for a low-priority one (the gateway marks video
 frames so): a normal request that arrives within that delay goes ahead of it, in its own batch or in
 the same one, but one arriving later does not, so a low-priority request waits at most about that
-much longer than it would in a FIFO queue and is never starved. Groups (one per batch key) are kept
+much longer than it would in a FIFO queue and is never starved. A high-priority one (Triton's level 1;
+the gateway's express slots, a light client's request under overload) goes before every other, as
+Triton serves its levels; the gateway bounds how many it sends. Groups (one per batch key) are kept
 in order of each key's first arrival; `take` gives a group's best-ranked requests.
 """
 
@@ -18,6 +20,8 @@ from depthserve.worker.batching.key import BatchKey
 from depthserve.worker.device_queue import QueueFull
 from depthserve.worker.runners.base import Outputs, Prepared
 
+HIGH_LEAD_S = 1e6  # a high-priority request ranks as if it had waited this long: ahead of any other, in arrival order
+
 
 @dataclass(eq=False)
 class Waiting:
@@ -28,7 +32,7 @@ class Waiting:
     arrived: float
     deadline: float | None
     future: asyncio.Future[Outputs] = field(repr=False)
-    rank: float = 0.0  # set by BatchQueue.add: `arrived`, plus the low-priority delay
+    rank: float = 0.0  # set by BatchQueue.add: `arrived`, plus the low-priority delay, or less HIGH_LEAD_S
 
 
 class BatchQueue:
@@ -43,11 +47,11 @@ class BatchQueue:
     def __bool__(self) -> bool:
         return self.waiting > 0
 
-    def add(self, item: Waiting, low: bool = False) -> None:
-        """Queue a request (`low`: low priority, ranked `low_delay_s` later), or raise QueueFull when full."""
+    def add(self, item: Waiting, low: bool = False, high: bool = False) -> None:
+        """Queue a request (`low`: ranked `low_delay_s` later; `high`: before all others), or raise QueueFull."""
         if self.waiting >= self.limit:
             raise QueueFull(f"worker queue is full ({self.limit} waiting)")
-        item.rank = item.arrived + (self.low_delay_s if low else 0.0)
+        item.rank = item.arrived - HIGH_LEAD_S if high else item.arrived + (self.low_delay_s if low else 0.0)
         self._groups.setdefault(item.key, deque()).append(item)
         self.waiting += 1
 
