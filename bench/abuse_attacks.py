@@ -438,9 +438,14 @@ async def hold_attack(args: argparse.Namespace, stop: asyncio.Event) -> dict[str
 
 async def main_async(args: argparse.Namespace) -> None:
     if args.kind != "probe":
-        # An attacker may use every spare cycle, never the measuring clients' (normal traffic, probe): on a
-        # small machine its CPU would otherwise show up as their latency. What it achieved is reported.
-        os.nice(19)
+        # An attacker may use every spare cycle, never the measuring clients' or the workers' (on a small
+        # machine its CPU would otherwise show up as their latency): SCHED_IDLE runs it only when nothing
+        # else wants the core, and a waking client or worker takes the core from it at once. Where that
+        # class is refused, nice 19. What it achieved is reported.
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            os.nice(19)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
