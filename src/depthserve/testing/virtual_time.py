@@ -56,8 +56,11 @@ class _Handle:
             return
         self._cancelled = True
         self._args = ()
-        if self._loop is not None:
-            self._loop._timer_cancelled()
+        loop = self._loop
+        if loop is not None:
+            loop._cancelled_timers += 1  # counted here, swept now and then: most timers are cancelled
+            if loop._cancelled_timers > 256:
+                loop._timer_cancelled()
 
     def cancelled(self) -> bool:
         """Whether it was cancelled."""
@@ -114,9 +117,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
 
     def _timer_cancelled(self) -> None:
         """Drop cancelled timers once they are most of the heap (a 30 s upload timeout is cancelled at once)."""
-        self._cancelled_timers += 1
         timers = self._timers
-        if self._cancelled_timers > 256 and self._cancelled_timers * 2 > len(timers):
+        if self._cancelled_timers * 2 > len(timers):
             timers[:] = [entry for entry in timers if not entry[2]._cancelled]
             heapq.heapify(timers)
             self._cancelled_timers = 0
@@ -214,9 +216,9 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     async def shutdown_default_executor(self, timeout: float | None = None) -> None:
         return None
 
-    # Errors and debugging.
-    def get_debug(self) -> bool:
-        return False
+    # Errors and debugging. Every future and task asks `get_debug()` as it is made: `bool()` answers False in C,
+    # without a Python frame.
+    get_debug = bool
 
     def set_debug(self, enabled: bool) -> None:
         return None
