@@ -151,6 +151,18 @@ class Dispatcher:
         cap = self.settings.max_outstanding_per_backend
         return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id)
 
+    def _usable_picks(self, picks: tuple[str, ...], by_id: Mapping[str, View]) -> list[str]:
+        """The picks `_usable` keeps, in order: the same test with the clock and the cap read once per request."""
+        cap = self.settings.max_outstanding_per_backend
+        pool = self.pool
+        now = pool.clock()
+        usable = []
+        for address in picks:
+            view = by_id.get(address)
+            if view is None or (not (cap and view.in_flight >= cap) and not pool.known_full(address, now)):
+                usable.append(address)
+        return usable
+
     async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
         """The policy's ordered picks among usable backends, waiting for a slot when all are at their cap.
 
@@ -171,7 +183,7 @@ class Dispatcher:
                 usable: list[str] = []  # requests already wait for a slot: queue behind them, never overtake
             else:
                 by_id = snapshot.table.by_id
-                usable = [i for i in policy.pick(snapshot, info, attempts) if self._usable(by_id.get(i))]
+                usable = self._usable_picks(policy.pick(snapshot, info, attempts), by_id)
                 if not usable:  # the few picked are all busy: look at every backend
                     views = [view for view in snapshot.backends if self._usable(view)]
                     if views:
