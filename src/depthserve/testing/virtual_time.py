@@ -58,9 +58,9 @@ class _Handle:
         self._args = ()
         loop = self._loop
         if loop is not None:
-            loop._cancelled_timers += 1  # counted here, swept now and then: most timers are cancelled
-            if loop._cancelled_timers > 256:
-                loop._timer_cancelled()
+            cancelled = loop._cancelled_timers = loop._cancelled_timers + 1  # most timers are cancelled
+            if cancelled > 256 and cancelled * 2 > len(loop._timers):
+                loop._sweep_timers()
 
     def cancelled(self) -> bool:
         """Whether it was cancelled."""
@@ -115,13 +115,12 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         heapq.heappush(self._timers, (when, next(self._sequence), handle))
         return handle
 
-    def _timer_cancelled(self) -> None:
+    def _sweep_timers(self) -> None:
         """Drop cancelled timers once they are most of the heap (a 30 s upload timeout is cancelled at once)."""
         timers = self._timers
-        if self._cancelled_timers * 2 > len(timers):
-            timers[:] = [entry for entry in timers if not entry[2]._cancelled]
-            heapq.heapify(timers)
-            self._cancelled_timers = 0
+        timers[:] = [entry for entry in timers if not entry[2]._cancelled]
+        heapq.heapify(timers)
+        self._cancelled_timers = 0
 
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None) -> _Handle:  # type: ignore[override]
         return self.call_at(self._now + max(0.0, delay), callback, *args, context=context)

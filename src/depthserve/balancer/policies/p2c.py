@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from math import isfinite
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, count_for, distinct_draws, outstanding, with_drained
+from depthserve.balancer.common import Options, count_for, distinct_draws, with_drained
 from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 
@@ -63,7 +64,12 @@ class PowerOfTwoChoices:
         for i in sample:
             backend = serving[i]
             in_flight = backend.in_flight
-            reported = outstanding(backend.load) if use_reports else 0.0
+            reported: float | None = 0.0
+            if use_reports:  # outstanding(backend.load), written out
+                report = backend.load
+                reported = None if report is None else float(report.queue + report.running)
+                if reported is not None and not (reported >= 0 and isfinite(reported)):
+                    reported = None
             if reported is None:
                 unknown.append(True)
                 loads.append(float(in_flight if in_flight > 0 else 0))

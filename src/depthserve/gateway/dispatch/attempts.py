@@ -50,6 +50,27 @@ def deadline_error(timeout_s: float) -> GatewayError:
 class Attempts:
     """Schedules one request's attempts; `run` gives the first reply and the backend that sent it."""
 
+    __slots__ = (  # one per request
+        "_dispatcher",
+        "_request",
+        "_request_id",
+        "_budget",
+        "_loop",
+        "_candidates",
+        "_deadline",
+        "_overall_s",
+        "_next",
+        "_pending",
+        "_waiter",
+        "_watch",
+        "_stuck",
+        "_budget_wait",
+        "_hedge_at",
+        "_last",
+        "_slow",
+        "_denied",
+    )
+
     def __init__(
         self,
         dispatcher: Dispatcher,
