@@ -137,7 +137,9 @@ def distinct_draws(rng: random.Random, count: int, wanted: int) -> list[int]:
     if wanted * 4 > count:
         return rng.sample(range(count), min(wanted, count))
     draw = rng.random
-    chosen = dict.fromkeys(int(draw() * count) for _ in range(wanted))
+    chosen: dict[int, None] = {}
+    for _ in range(wanted):
+        chosen[int(draw() * count)] = None
     while len(chosen) < wanted:
         chosen[int(draw() * count)] = None
     return list(chosen)

@@ -56,13 +56,15 @@ def arrivals(scenario: Scenario, load: float) -> Iterator[Arrival]:
     weights = list(accumulate(entry.weight for entry in scenario.mix))
     total = weights[-1]
     clients = scenario.arrivals.clients
+    steady = scenario.arrivals.process != "diurnal" and not scenario.arrivals.bursts  # rate_factor is 1 throughout
+    duration, last, draw, pick = scenario.duration_s, len(weights) - 1, rng.random, rng.randrange
     t = 0.0
     while True:
         t += rng.expovariate(peak)
-        if t >= scenario.duration_s:
+        if t >= duration:
             return
-        accept = rng.random() * peak <= mean * rate_factor(scenario, t)
-        client = rng.randrange(clients)
-        mix = bisect.bisect_right(weights, rng.random() * total)
+        accept = draw() * peak <= (mean if steady else mean * rate_factor(scenario, t))
+        client = pick(clients)
+        mix = bisect.bisect_right(weights, draw() * total)
         if accept:
-            yield Arrival(t, client, min(mix, len(weights) - 1))
+            yield Arrival(t, client, min(mix, last))

@@ -116,6 +116,16 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
 
     builds = [reading(request) for request in requests_for(scenario)]
 
+    source = enumerate(arrivals(scenario, load))
+    finished = loop.create_future()  # set when every arrival came and every request ended
+    started = [0]
+    open_ = [1]  # requests not ended, plus one while arrivals are still to come
+
+    def close_one() -> None:
+        open_[0] -= 1
+        if not open_[0]:
+            finished.set_result(None)
+
     async def one(arrival: Arrival, number: int) -> None:
         counted = arrival.at >= warmup
         try:
@@ -126,34 +136,28 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
             stats.refused(arrival.at, f"{error.status} {error.reason}", counted)
         else:
             stats.answered(arrival.at, (loop.time() - arrival.at) * 1000.0, slo_ms, counted)
-
-    running: set[asyncio.Task[None]] = set()
-    source = enumerate(arrivals(scenario, load))
-    arrived = loop.create_future()
-    started = [0]
+        finally:
+            close_one()  # counted here rather than by a done callback on each task
 
     def start(number: int, arrival: Arrival) -> None:
         """Send one request now, and put the next arrival on the clock (one timer per request, no sleeper)."""
         started[0] += 1
+        open_[0] += 1
         if arrival.at >= warmup:
             stats.sent += 1
-        task = loop.create_task(one(arrival, number))
-        running.add(task)
-        task.add_done_callback(running.discard)
+        loop.create_task(one(arrival, number))  # the loop holds it until it ends (its timer or its waker does)
         schedule_next()
 
     def schedule_next() -> None:
         following = next(source, None)
         if following is None:
-            arrived.set_result(None)
+            close_one()
         else:
             loop.call_at(following[1].at, start, *following)
 
     wall = time.perf_counter()
     schedule_next()
-    await arrived
-    if running:
-        await asyncio.wait(running)
+    await finished
     if scaling is not None:
         scaling.cancel()
     wall = time.perf_counter() - wall

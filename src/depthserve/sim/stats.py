@@ -66,7 +66,7 @@ class RunStats:
 
     def answered(self, at: float, ms: float, slo_ms: float, counted: bool) -> None:
         """A reply `ms` after the request was sent at `at` (`counted`: past the warm-up)."""
-        second = self.timeline.setdefault(int(at), Second())
+        second = self._second(at)
         second.ok += 1
         second.latency.add(ms)
         if counted:
@@ -77,9 +77,17 @@ class RunStats:
 
     def refused(self, at: float, reason: str, counted: bool) -> None:
         """A request that ended in an error status."""
-        self.timeline.setdefault(int(at), Second()).failed += 1
+        self._second(at).failed += 1
         if counted:
             self.failed[reason] += 1
+
+    def _second(self, at: float) -> Second:
+        """The timeline's second of `at`, made on first use (not a new one built and dropped per request)."""
+        key = int(at)
+        second = self.timeline.get(key)
+        if second is None:
+            second = self.timeline[key] = Second()
+        return second
 
     @property
     def failures(self) -> int:

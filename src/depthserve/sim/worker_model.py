@@ -30,7 +30,7 @@ class GpuKind:
     memory_gb: float = 80.0
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Job:
     """One request at a worker: its cost and grid, and the future its transport waits on."""
 
@@ -114,10 +114,19 @@ class SimWorker:
             queue.popleft()
         if not queue:
             return
-        grid = queue[0].grid
-        batch = [job for job in queue if job.grid == grid and not job.future.done()][: self.max_batch]
-        for job in batch:
-            queue.remove(job)
+        grid, room = queue[0].grid, self.max_batch
+        batch: list[Job] = []
+        for job in queue:
+            if job.grid == grid and not job.future.done():
+                batch.append(job)
+                if len(batch) == room:
+                    break
+        if len(batch) == len(queue) or all(queue[i] is job for i, job in enumerate(batch)):
+            for _ in batch:  # the usual case: the batch is the front of the queue
+                queue.popleft()
+        else:
+            for job in batch:
+                queue.remove(job)  # by identity (Job compares by identity)
         self.running = batch
         now = loop.time()
         speed = self.kind.speed / self.slowdown

@@ -56,8 +56,11 @@ class _Handle:
             return
         self._cancelled = True
         self._args = ()
-        if self._loop is not None:
-            self._loop._timer_cancelled()
+        loop = self._loop
+        if loop is not None:
+            cancelled = loop._cancelled_timers = loop._cancelled_timers + 1  # most timers are cancelled
+            if cancelled > 256 and cancelled * 2 > len(loop._timers):
+                loop._sweep_timers()
 
     def cancelled(self) -> bool:
         """Whether it was cancelled."""
@@ -112,14 +115,12 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         heapq.heappush(self._timers, (when, next(self._sequence), handle))
         return handle
 
-    def _timer_cancelled(self) -> None:
+    def _sweep_timers(self) -> None:
         """Drop cancelled timers once they are most of the heap (a 30 s upload timeout is cancelled at once)."""
-        self._cancelled_timers += 1
         timers = self._timers
-        if self._cancelled_timers > 256 and self._cancelled_timers * 2 > len(timers):
-            timers[:] = [entry for entry in timers if not entry[2]._cancelled]
-            heapq.heapify(timers)
-            self._cancelled_timers = 0
+        timers[:] = [entry for entry in timers if not entry[2]._cancelled]
+        heapq.heapify(timers)
+        self._cancelled_timers = 0
 
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None) -> _Handle:  # type: ignore[override]
         return self.call_at(self._now + max(0.0, delay), callback, *args, context=context)
@@ -214,9 +215,9 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     async def shutdown_default_executor(self, timeout: float | None = None) -> None:
         return None
 
-    # Errors and debugging.
-    def get_debug(self) -> bool:
-        return False
+    # Errors and debugging. Every future and task asks `get_debug()` as it is made: `bool()` answers False in C,
+    # without a Python frame.
+    get_debug = bool
 
     def set_debug(self, enabled: bool) -> None:
         return None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from math import isfinite
 from typing import Any, ClassVar
 
-from depthserve.balancer.common import Options, count_for, distinct_draws, outstanding, with_drained
+from depthserve.balancer.common import Options, count_for, distinct_draws, with_drained
 from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 
@@ -48,26 +49,42 @@ class PowerOfTwoChoices:
         parse.done()
         return cls(choice_count, bias, use_reports, seed)
 
-    def _loads(self, sampled: Sequence[View]) -> tuple[list[float], list[bool]]:
-        """Each sampled backend's load: in flight, or its reported outstanding when larger; unknown = worst known."""
-        if not self._use_reports:
-            return [float(max(b.in_flight, 0)) for b in sampled], [False] * len(sampled)
+    def _rank(
+        self, serving: Sequence[View], weights: Sequence[float], sample: Sequence[int]
+    ) -> list[tuple[float, bool]]:
+        """Each sampled backend's rank, lowest best: (-effective weight, unknown), so unknown loses ties.
+
+        Load is in flight, or the reported outstanding when larger; an unknown report counts as the busiest
+        known one (of those sampled). One pass over the sample: it runs for every request.
+        """
         loads: list[float] = []
         unknown: list[bool] = []
         worst = 0.0
-        for backend in sampled:
+        use_reports = self._use_reports
+        for i in sample:
+            backend = serving[i]
             in_flight = backend.in_flight
-            reported = outstanding(backend.load)
+            reported: float | None = 0.0
+            if use_reports:  # outstanding(backend.load), written out
+                report = backend.load
+                reported = None if report is None else float(report.queue + report.running)
+                if reported is not None and not (reported >= 0 and isfinite(reported)):
+                    reported = None
             if reported is None:
                 unknown.append(True)
                 loads.append(float(in_flight if in_flight > 0 else 0))
             else:
                 unknown.append(False)
-                worst = max(worst, reported)
-                loads.append(float(max(in_flight, 0, reported)))
-        if any(unknown):  # an unknown report counts as the busiest known one (of those sampled)
-            loads = [max(load, worst) if u else load for load, u in zip(loads, unknown, strict=True)]
-        return loads, unknown
+                if reported > worst:
+                    worst = reported
+                loads.append(float(max(in_flight, 0, reported)) if use_reports else float(max(in_flight, 0)))
+        bias = self._bias
+        rank = []
+        for i, load, u in zip(sample, loads, unknown, strict=True):
+            if u and worst > load:
+                load = worst
+            rank.append((-weights[i] / (load + 1.0) if bias == 1.0 else -weights[i] / (load + 1.0) ** bias, u))
+        return rank
 
     def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
         """Sample, choose the least loaded of the first `choice_count` samples, then list the fallbacks."""
@@ -84,14 +101,12 @@ class PowerOfTwoChoices:
             sample += [i for i in range(count) if i not in taken]  # ranked below; ties keep the pool's order
         else:  # the choices, then fallbacks drawn as more random backends: O(limit)
             sample = distinct_draws(self._rng, count, max(choices, wanted))
-        loads, unknown = self._loads([serving[i] for i in sample])
-        weights, bias = table.weights, self._bias
-        if bias == 1.0:
-            rank = [(-weights[i] / (load + 1.0), u) for i, load, u in zip(sample, loads, unknown, strict=True)]
+        rank = self._rank(serving, table.weights, sample)
+        if choices == 2:  # the usual case, without a sort: the first sampled wins ties
+            order = [1, 0] if rank[1] < rank[0] else [0, 1]
         else:
-            rank = [(-weights[i] / (load + 1.0) ** bias, u) for i, load, u in zip(sample, loads, unknown, strict=True)]
-        best = choose(range(choices), rank)
-        order = [best, *sorted((j for j in range(choices) if j != best), key=rank.__getitem__)]
+            best = choose(range(choices), rank)
+            order = [best, *sorted((j for j in range(choices) if j != best), key=rank.__getitem__)]
         if len(sample) > choices:
             order += sorted(range(choices, len(sample)), key=rank.__getitem__)
         ids = [serving[sample[j]].id for j in order[:wanted]]

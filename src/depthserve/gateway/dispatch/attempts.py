@@ -13,12 +13,11 @@ request is answered 504 unless an attempt already in flight answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from depthserve.gateway.errors import GatewayError
-from depthserve.gateway.upstream.stall_watch import AttemptWatch
+from depthserve.gateway.upstream.calls import Call
 from depthserve.gateway.upstream.transport import InferRequest, InferResponse
 
 if TYPE_CHECKING:
@@ -39,35 +38,6 @@ class AttemptFailed(Exception):
     slow: bool = False
 
 
-async def first_done(
-    loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[Any]], until: float, watch: AttemptWatch
-) -> None:
-    """Wait until one of `futures` is done, a backend of the request stalls, or the clock reaches `until`.
-
-    asyncio.wait's FIRST_COMPLETED with one waiter, one timer and nothing else: it runs once per attempt of
-    every request.
-    """
-    if watch.stalled or until <= loop.time() or any(future.done() for future in futures):
-        return
-    waiter = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    for future in futures:
-        future.add_done_callback(wake)
-    timer = loop.call_at(until, wake)
-    watch.notify = wake
-    try:
-        await waiter
-    finally:
-        watch.notify = _nothing
-        timer.cancel()
-        for future in futures:
-            future.remove_done_callback(wake)
-
-
 def _nothing() -> None:
     """Nobody waits for a wake-up."""
 
@@ -79,6 +49,27 @@ def deadline_error(timeout_s: float) -> GatewayError:
 
 class Attempts:
     """Schedules one request's attempts; `run` gives the first reply and the backend that sent it."""
+
+    __slots__ = (  # one per request
+        "_dispatcher",
+        "_request",
+        "_request_id",
+        "_budget",
+        "_loop",
+        "_candidates",
+        "_deadline",
+        "_overall_s",
+        "_next",
+        "_pending",
+        "_waiter",
+        "_watch",
+        "_stuck",
+        "_budget_wait",
+        "_hedge_at",
+        "_last",
+        "_slow",
+        "_denied",
+    )
 
     def __init__(
         self,
@@ -98,7 +89,9 @@ class Attempts:
         self._deadline = deadline  # on the event loop's clock
         self._overall_s = overall_s  # the client's whole deadline, for the 504's message
         self._next = 0
-        self._pending: dict[asyncio.Task[InferResponse], tuple[str, bool]] = {}  # -> (address, is_retry)
+        # -> (address, is_retry, its call: settled as abandoned after the task, a no-op unless it never ran)
+        self._pending: dict[asyncio.Task[InferResponse], tuple[str, bool, Call | None]] = {}
+        self._waiter: asyncio.Future[None] | None = None  # set while `run` waits for something to happen
         self._watch = dispatcher.stalls.watch()
         # Backends that stopped answering with an attempt of ours, not yet re-sent (ordered: runs reproduce).
         self._stuck: dict[str, None] = {}
@@ -116,9 +109,8 @@ class Attempts:
             self._arm_hedge()
             while self._pending or self._budget_wait is not None:
                 waited = self._budget_wait
-                waiting_on = [*self._pending] if waited is None else [*self._pending, waited]
                 wait_until = self._deadline if self._hedge_at is None else min(self._deadline, self._hedge_at)
-                await first_done(self._loop, waiting_on, wait_until, self._watch)
+                await self._first_done(wait_until)
                 if self._watch.stalled:
                     self._stuck.update(dict.fromkeys(self._watch.take()))
                 if waited is not None and waited.done():
@@ -151,11 +143,44 @@ class Attempts:
             self._budget.active_requests -= 1
             await self._close()
 
+    async def _first_done(self, until: float) -> None:
+        """Wait until an attempt or the budget wait ends, a backend of ours stalls, or the clock reaches `until`.
+
+        asyncio.wait's FIRST_COMPLETED with one waiter and one timer: attempts wake it as they end (no done
+        callback on each), and so does the stall watch. It runs once per attempt of every request.
+        """
+        loop, watch, waited = self._loop, self._watch, self._budget_wait
+        if watch.stalled or until <= loop.time() or (waited is not None and waited.done()):
+            return
+        for task in self._pending:
+            if task.done():
+                return
+        self._waiter = waiter = loop.create_future()
+        wake = self._wake
+        if waited is not None:
+            waited.add_done_callback(wake)
+        timer = loop.call_at(until, wake)
+        watch.notify = wake
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            watch.notify = _nothing
+            timer.cancel()
+            if waited is not None:
+                waited.remove_done_callback(wake)
+
+    def _wake(self, _: object = None) -> None:
+        """End the current wait, if there is one."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def _launch(self, index: int) -> None:
         address = self._candidates[index]
         self._next = index + 1
-        task = self._dispatcher.start_attempt(address, self._request, self._request_id, self._deadline)
-        self._pending[task] = (address, index > 0)
+        task, call = self._dispatcher.launch(address, self._request, self._request_id, self._deadline, self._wake)
+        self._pending[task] = (address, index > 0, call)
         self._watch.add(address)
 
     def _following(self) -> int | None:
@@ -171,7 +196,9 @@ class Attempts:
 
     def _settle(self, task: asyncio.Task[InferResponse]) -> tuple[InferResponse, str] | None:
         """Take a finished attempt: its reply, or None after noting a failure that leaves the request open."""
-        address, is_retry = self._pending.pop(task)
+        address, is_retry, call = self._pending.pop(task)
+        if call is not None:
+            call.abandoned()  # a no-op unless the task never ran
         self._watch.discard(address)
         if is_retry:
             self._budget.release()
@@ -191,7 +218,7 @@ class Attempts:
         """Whether another attempt is due: one for an attempt stuck on a stalled backend, or a retry."""
         if self._slow is not None or self._denied:
             return False
-        running = {address for address, _ in self._pending.values()}
+        running = {address for address, _, _ in self._pending.values()}
         self._stuck = {address: None for address in self._stuck if address in running}
         retry = not self._pending and self._last is not None and self._last.retriable
         return bool(self._stuck) or retry
@@ -230,9 +257,12 @@ class Attempts:
             await asyncio.gather(waited, return_exceptions=True)
             if not waited.cancelled() and waited.exception() is None and waited.result():
                 self._budget.release()  # it got its slot before the cancellation reached it
-        for task, (_, is_retry) in self._pending.items():
+        for task, (_, is_retry, _) in self._pending.items():
             task.cancel()
             if is_retry:
                 self._budget.release()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+            for _, _, call in self._pending.values():
+                if call is not None:
+                    call.abandoned()  # a no-op unless the task was cancelled before it ran

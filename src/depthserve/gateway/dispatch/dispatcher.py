@@ -63,7 +63,8 @@ class Dispatcher:
         self.hedges = 0
         self.stalls = StallWatch()
         pool.stall_listeners.append(self.stalls.stalled)
-        pool.outcome_listeners.append(self._observed)
+        if config.hedge:  # the window serves only the hedge's p95: without hedging, keep no latencies
+            pool.outcome_listeners.append(self._observed)
         for learner in {id(p): p for p in (default_policy, *self.policies.values())}.values():
             if isinstance(learner, Learner):  # it learns from how calls end: tell it each time
                 pool.outcome_listeners.append(self._teacher(learner))
@@ -88,40 +89,56 @@ class Dispatcher:
         return self.policies.get(model, self.default_policy)
 
     async def _attempt(
-        self, call: Call, request: InferRequest, timeout_s: float, overall_left: float, request_id: str
+        self,
+        call: Call,
+        request: InferRequest,
+        timeout_s: float,
+        overall_left: float,
+        request_id: str,
+        ended: Callable[[], None] | None = None,
     ) -> InferResponse:
-        """One call on the backend `call` holds; settles the call once with its outcome."""
+        """One call on the backend `call` holds; settles the call once with its outcome.
+
+        `ended()` is called as the attempt ends (its task is done before anything it wakes runs): the request
+        waiting on its attempts is woken directly, without a done callback per attempt.
+        """
         backend = call.backend
         address = backend.address
         try:
-            reply = await backend.transport.infer(request, timeout_s, request_id)
-        except TransportError as error:
-            call.report(error.load)
-            per_try_timeout = error.fault is Fault.TIMEOUT and timeout_s < overall_left
-            if per_try_timeout and await self.pool.still_answers(backend, call.started_at):
-                call.abandoned()  # slow, not the backend's fault: no sample either way
-                raise AttemptFailed(too_slow(address, timeout_s), False, slow=True) from None
-            # The client's own deadline running out says nothing about the backend; a per-try timeout does.
-            if error.fault.blames_backend or per_try_timeout:
-                call.failed()
-            else:
-                call.abandoned()  # answered, but neither a result nor its fault: no sample
-            failure = error.error(address)
-            # Only a 5xx may go elsewhere: a reply too large for a message (413) is too large from any worker.
-            retriable = (error.fault.retriable or per_try_timeout) and failure.status >= 500
-            raise AttemptFailed(failure, retriable, busy=error.fault is Fault.BUSY) from None
-        except asyncio.CancelledError:
-            call.abandoned()  # a lost hedge or an expired request: the transport stopped the call
-            raise
-        except Exception as exc:  # noqa: BLE001 - transport usage errors (bad metadata, closed channel): no retry
-            call.abandoned()
-            failure = GatewayError(502, "backend_error", f"backend {address}: {type(exc).__name__}: {exc}")
-            raise AttemptFailed(failure, False) from None
-        call.ok(reply.load)
-        return reply.response
+            try:
+                reply = await backend.transport.infer(request, timeout_s, request_id)
+            except TransportError as error:
+                call.report(error.load)
+                per_try_timeout = error.fault is Fault.TIMEOUT and timeout_s < overall_left
+                if per_try_timeout and await self.pool.still_answers(backend, call.started_at):
+                    call.abandoned()  # slow, not the backend's fault: no sample either way
+                    raise AttemptFailed(too_slow(address, timeout_s), False, slow=True) from None
+                # The client's own deadline running out says nothing about the backend; a per-try timeout does.
+                if error.fault.blames_backend or per_try_timeout:
+                    call.failed()
+                else:
+                    call.abandoned()  # answered, but neither a result nor its fault: no sample
+                failure = error.error(address)
+                # Only a 5xx may go elsewhere: a reply too large for a message (413) is too large from any worker.
+                retriable = (error.fault.retriable or per_try_timeout) and failure.status >= 500
+                raise AttemptFailed(failure, retriable, busy=error.fault is Fault.BUSY) from None
+            except asyncio.CancelledError:
+                call.abandoned()  # a lost hedge or an expired request: the transport stopped the call
+                raise
+            except Exception as exc:  # noqa: BLE001 - transport usage errors (bad metadata, closed channel): no retry
+                call.abandoned()
+                failure = GatewayError(502, "backend_error", f"backend {address}: {type(exc).__name__}: {exc}")
+                raise AttemptFailed(failure, False) from None
+            call.ok(reply.load)
+            return reply.response
+        finally:
+            if ended is not None:
+                ended()
 
-    async def _gone(self, address: str) -> InferResponse:
+    async def _gone(self, address: str, ended: Callable[[], None] | None = None) -> InferResponse:
         """Fail an attempt on a backend that left the pool after the policy picked it (retriable)."""
+        if ended is not None:
+            ended()
         raise AttemptFailed(GatewayError(503, "backend_unavailable", f"backend {address} left the pool"), True)
 
     def _usable(self, view: View | None) -> bool:
@@ -133,6 +150,18 @@ class Dispatcher:
             return True
         cap = self.settings.max_outstanding_per_backend
         return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id)
+
+    def _usable_picks(self, picks: tuple[str, ...], by_id: Mapping[str, View]) -> list[str]:
+        """The picks `_usable` keeps, in order: the same test with the clock and the cap read once per request."""
+        cap = self.settings.max_outstanding_per_backend
+        pool = self.pool
+        now = pool.clock()
+        usable = []
+        for address in picks:
+            view = by_id.get(address)
+            if view is None or (not (cap and view.in_flight >= cap) and not pool.known_full(address, now)):
+                usable.append(address)
+        return usable
 
     async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
         """The policy's ordered picks among usable backends, waiting for a slot when all are at their cap.
@@ -154,7 +183,7 @@ class Dispatcher:
                 usable: list[str] = []  # requests already wait for a slot: queue behind them, never overtake
             else:
                 by_id = snapshot.table.by_id
-                usable = [i for i in policy.pick(snapshot, info, attempts) if self._usable(by_id.get(i))]
+                usable = self._usable_picks(policy.pick(snapshot, info, attempts), by_id)
                 if not usable:  # the few picked are all busy: look at every backend
                     views = [view for view in snapshot.backends if self._usable(view)]
                     if views:
@@ -182,14 +211,31 @@ class Dispatcher:
         self, address: str, request: InferRequest, request_id: str, deadline: float
     ) -> asyncio.Task[InferResponse]:
         """Start one attempt of `request` on `address` within `deadline` (event-loop clock)."""
-        left = deadline - asyncio.get_running_loop().time()
+        task, call = self.launch(address, request, request_id, deadline)
+        if call is not None:
+            task.add_done_callback(lambda _: call.abandoned())  # settles a task cancelled before it ran; else a no-op
+        return task
+
+    def launch(
+        self,
+        address: str,
+        request: InferRequest,
+        request_id: str,
+        deadline: float,
+        ended: Callable[[], None] | None = None,
+    ) -> tuple[asyncio.Task[InferResponse], Call | None]:
+        """Start one attempt, calling `ended()` as it ends; give its task and its call (None: the backend left).
+
+        The caller settles the call (`abandoned()`, a no-op once settled) after the task is done, which
+        covers a task cancelled before it ran.
+        """
+        loop = asyncio.get_running_loop()
+        left = deadline - loop.time()
         per_try = min(left, self.settings.per_try_timeout_s)
         call = self.pool.checkout(address)  # counted in flight now, so requests choosing in the same instant see it
         if call is None:  # discovery removed it or an operator drained it since the pick: fail at once, retriable
-            return asyncio.ensure_future(self._gone(address))
-        task = asyncio.get_running_loop().create_task(self._attempt(call, request, per_try, left, request_id))
-        task.add_done_callback(lambda _: call.abandoned())  # settles a task cancelled before it ran; else a no-op
-        return task
+            return loop.create_task(self._gone(address, ended)), None
+        return loop.create_task(self._attempt(call, request, per_try, left, request_id, ended)), call
 
     async def infer(
         self,

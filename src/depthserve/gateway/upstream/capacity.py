@@ -24,8 +24,15 @@ def backend_room(backend: Backend, now: float, max_age_s: float) -> int | None:
 
 
 def known_full(backend: Backend, now: float, max_age_s: float) -> bool:
-    """Whether a fresh report says the backend's queue has no room (unknown is not full)."""
-    return backend_room(backend, now, max_age_s) == 0
+    """Whether a fresh report says the backend's queue has no room (unknown is not full).
+
+    `backend_room(...) == 0`, written out: it is asked for every candidate of every request.
+    """
+    load = backend.load
+    if load is None or now - backend.load_at > max_age_s:
+        return False
+    room = load.room()
+    return room is not None and room <= backend.stats.sent_since_report
 
 
 def backend_concurrency(backend: Backend) -> int | None:

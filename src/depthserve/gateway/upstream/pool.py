@@ -192,22 +192,27 @@ class BackendPool:
                 models = sorted({b.spec.model for b in self.backends.values() if b.spec.model})
                 raise GatewayError(404, "unknown_model", f"no backend serves model {model!r}; known: {models}")
             return Snapshot(now=now)  # nothing discovered yet: no_backend (503), not unknown
-        ready = self.tables.entry(model, None, now).versions
-        version = request.version or self.routes.choose(model, ready, request.headers)
+        entry = self.tables.entry(model, None, now)
+        version = request.version or self.routes.choose(model, entry.versions, request.headers)
         if version and not members.serves(version):
             raise GatewayError(
                 404, "unknown_version", f"model {model!r} has no version {version!r}; known: {sorted(members.versions)}"
             )
-        return self.snapshot(model, version)
+        if version is not None:  # else the model's whole pool, the entry just read
+            entry = self.tables.entry(model, version, now)
+        self.tables.instant.now = now  # the views read live counters as of this pick
+        return Snapshot(table=entry.table, now=now)
 
     def concurrency(self, model: str) -> int | None:
         """Requests the model's eligible backends can hold without a long queue, by their reports; None: unknown."""
         return pool_concurrency(self.eligible(self.clock(), model))
 
-    def known_full(self, address: str) -> bool:
-        """Whether a fresh load report says this backend's queue is full (an unknown backend is not)."""
+    def known_full(self, address: str, now: float | None = None) -> bool:
+        """Whether a fresh load report says this backend's queue is full (an unknown backend is not); `now` if known."""
         backend = self.backends.get(address)
-        return backend is not None and known_full(backend, self.clock(), self._settings.max_report_age_s)
+        if backend is None:
+            return False
+        return known_full(backend, self.clock() if now is None else now, self._settings.max_report_age_s)
 
     async def still_answers(self, backend: Backend, since: float) -> bool:
         """Whether the backend answered every health check since `since` and answers one now.

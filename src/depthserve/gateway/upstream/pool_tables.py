@@ -35,39 +35,41 @@ class Instant:
 class LiveView:
     """A backend as a policy sees it: a weight fixed when the table was built, live counters read at the pick."""
 
-    __slots__ = ("id", "weight", "_backend", "_instant", "_max_age_s")
+    __slots__ = ("id", "weight", "_backend", "_stats", "_instant", "_max_age_s")
 
     def __init__(self, backend: Backend, weight: float, instant: Instant, max_age_s: float) -> None:
         self.id = backend.address
         self.weight = weight
         self._backend = backend
+        self._stats = backend.stats  # a backend keeps its stats object for life: one hop less per read
         self._instant = instant
         self._max_age_s = max_age_s
 
     @property
     def in_flight(self) -> int:
         """Calls the gateway sent there and has not seen end."""
-        return self._backend.stats.in_flight
+        return self._stats.in_flight
 
     @property
     def ewma_ms(self) -> float:
         """EWMA of its successful calls' latency."""
-        return self._backend.stats.ewma_ms
+        return self._stats.ewma_ms
 
     @property
     def peak_ewma_ms(self) -> float:
         """Peak-EWMA latency, decayed to the moment of the pick."""
-        return self._backend.stats.peak_at(self._instant.now)
+        return self._stats.peak_at(self._instant.now)
 
     @property
     def error_rate(self) -> float:
         """EWMA of its failures."""
-        return self._backend.stats.error_rate
+        return self._stats.error_rate
 
     @property
     def load(self) -> LoadReport | None:
-        """Its last load report if still fresh at the moment of the pick, else unknown."""
-        return self._backend.fresh_load(self._instant.now, self._max_age_s)
+        """Its last load report if still fresh at the moment of the pick, else unknown (Backend.fresh_load, inline)."""
+        backend = self._backend
+        return backend.load if self._instant.now - backend.load_at <= self._max_age_s else None
 
     @property
     def backend(self) -> Backend:
