@@ -22,8 +22,9 @@ gateway's retries (from /v1/cluster) per 503, and the 1-minute load average when
 overload runs the 503 p99 is timed by a probe process sending one request at a time (20/s) from the
 attacker's address: the generator's own timings at 500 req/s include its event loop's lag (shown in
 the attack column). Attackers run in the idle scheduling class (SCHED_IDLE; nice 19 where that is
-refused) so that their own CPU use is not counted in the measuring clients' or workers' latency; what each achieved is in the attack column. `--pin`
-puts the gateway alone on core 0 and everything else on the other cores.
+refused) so that their own CPU use is not counted in the measuring clients' or workers' latency; what
+each achieved is in the attack column. `--pin` puts the gateway alone on core 0 and everything else on
+the other cores.
 
     python bench/abuse.py [--rounds 2] [--duration 8] [--attack-size 1,2] [--markdown out.md] [--smoke]
 """
