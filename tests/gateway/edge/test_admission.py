@@ -461,3 +461,19 @@ async def test_a_light_clients_queued_request_is_marked_for_the_front_when_it_ge
         event.set()
     await asyncio.gather(*tasks)
     assert controller.in_flight == 0 and controller.express == 0
+
+
+async def test_no_express_slot_in_a_crowd_of_equals() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 4)
+    order: list[str] = []
+    crowd = [Holder(controller, order, f"c{i}", client=f"c{i}") for i in range(4)]
+    tasks = [holder.start() for holder in crowd]
+    await until(lambda: controller.model_in_flight("m") == 4)
+    late = Holder(controller, order, "late", client="late")
+    tasks.append(late.start())  # nobody holds half the capacity: it waits its turn, as it would have
+    await until(lambda: controller.queued["normal"] == 1)
+    assert controller.express == 0
+    for holder in [*crowd, late]:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert order[-1] == "late" and controller.in_flight == 0

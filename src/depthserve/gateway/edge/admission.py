@@ -10,8 +10,9 @@ door, in milliseconds, rather than queued to time out later.
 
 A worker runs its requests in turn, so a light client's request that waits here for a slot then
 waits again at the worker behind the heavy client's queued batch. Instead, a client holding less
-than an equal share of the workers' capacity takes an express slot past the cap (at most half the
-capacity in all, never past a configured limit), and its requests that had to queue here are
+than an equal share of the workers' capacity, while another client holds half of it or more, takes
+an express slot past the cap (at most half the capacity in all, never past a configured limit), and
+its requests that had to queue here are
 marked too when they get a slot: the forwarder sends them for the front of the worker's queue, so
 they wait only for the batch the worker is running. A request that finds room at once is not
 marked (nothing is queued at the workers to pass).
@@ -243,7 +244,8 @@ class AdmissionController:
         return self._under_share(model, client)
 
     def _under_share(self, model: str, client: str) -> bool:
-        """Whether `client` holds less than an equal share of the model's workers' capacity (unknown: no).
+        """Whether `client` holds less than an equal share of the model's workers' capacity while another client
+        holds half of it or more (unknown capacity: no).
 
         The capacity is shared among the clients holding slots (and this one) or, if more, those served
         within the last ACTIVE_S: a heavy client whose requests all just finished does not count as alone.
@@ -254,7 +256,11 @@ class AdmissionController:
         self._prune()
         held = self._client_in_flight.get(client, 0)
         sharing = max(len(self._client_in_flight) + (0 if held else 1), len(self._last_served))
-        return held < max(1, capacity // sharing)
+        if held >= max(1, capacity // sharing):
+            return False
+        # Only beside a heavy client (half the capacity or more): in a busy crowd of equals, jumping the
+        # workers' queues would only reorder them, and express slots would lengthen them.
+        return any(count * 2 >= capacity for other, count in self._client_in_flight.items() if other != client)
 
     def _has_room(self, model: str) -> bool:
         cap = self._model_cap(model)
