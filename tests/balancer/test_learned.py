@@ -8,7 +8,9 @@ import pytest
 
 from depthserve.balancer import BackendView, RequestInfo, make_policy
 from depthserve.balancer.policies.learned import Learned
-from depthserve.testing.snapshots import snapshot
+from depthserve.balancer.types import Snapshot, Table
+from depthserve.protocol.load_report import LoadReport
+from depthserve.testing.snapshots import report, snapshot
 
 REQUEST = RequestInfo()
 
@@ -59,3 +61,136 @@ def test_options_are_read_and_bounded() -> None:
         make_policy("learned", {"explore": 0.5})
     with pytest.raises(ValueError, match="unknown option"):
         make_policy("learned", {"epsilon": 0.1})
+
+
+def test_traffic_moves_away_from_a_backend_whose_replies_got_four_times_slower() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=3)
+    pair = snapshot("a", "b")
+    for step in range(40):  # equal speeds: 20 ms each
+        policy.observe("a", True, 20.0, 0, step * 0.05)
+        policy.observe("b", True, 20.0, 0, step * 0.05)
+    for step in range(10):  # a throttles: its replies now take 80 ms
+        policy.observe("a", True, 80.0, 0, 2.0 + step * 0.05)
+        policy.observe("b", True, 20.0, 0, 2.0 + step * 0.05)
+    firsts = Counter(policy.pick(pair, REQUEST, 1)[0] for _ in range(1_000))
+    assert firsts["b"] == 1_000
+
+
+def _learned_speeds(policy: Learned, *fast: str) -> None:
+    """Teach a policy fast backends (20 ms a request, 20 ms per request queued) and a 4x slower one."""
+    for step in range(30):
+        for backlog in (0, 1, 2):
+            for name in fast:
+                policy.observe(name, True, 20.0 * (backlog + 1), backlog, step * 0.01)
+            policy.observe("slow", True, 80.0 * (backlog + 1), backlog, step * 0.01)
+
+
+ONE_SLOT = report(max_batch=1)
+FASTS = [f"fast{i}" for i in range(6)]
+
+
+def test_with_room_it_sends_to_the_shortest_expected_delay() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=1)
+    _learned_speeds(policy, *FASTS)
+    idle = [BackendView(name, load=ONE_SLOT) for name in FASTS]
+    for step in range(100):  # an idle pool for seconds
+        policy.pick(snapshot(*idle, now=step * 0.05), REQUEST, 1)
+    assert policy.theta() == 1.0
+    pair = snapshot(BackendView("fast0", in_flight=2, load=ONE_SLOT), BackendView("slow", load=ONE_SLOT), now=5.0)
+    assert policy.pick(pair, REQUEST, 1) == ("fast0",)  # 2 x 20 + 20 = 60 ms beats 80 ms
+
+
+def test_near_saturation_it_balances_queued_work_so_slow_backends_take_their_share() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=1)
+    _learned_speeds(policy, *FASTS)
+    busy = [BackendView(name, in_flight=2, load=ONE_SLOT) for name in FASTS]
+    for step in range(100):  # every fast backend busy for seconds
+        policy.pick(snapshot(*busy, now=step * 0.05), REQUEST, 1)
+    assert policy.theta() == 0.0
+    pair = snapshot(BackendView("fast0", in_flight=2, load=ONE_SLOT), BackendView("slow", load=ONE_SLOT), now=5.0)
+    # Shortest expected delay (the old rule) would still take fast0: 60 ms against 80 ms.
+    assert policy.pick(pair, REQUEST, 1) == ("slow",)
+
+
+def test_on_batching_workers_the_own_service_term_keeps_most_of_its_weight() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=1)
+    batch = report(max_batch=4)
+    busy = [BackendView(f"w{i}", in_flight=8, load=batch) for i in range(4)]
+    for step in range(30):
+        for view in busy:
+            policy.observe(view.id, True, 20.0, 0, step * 0.01)
+    for step in range(200):
+        policy.pick(snapshot(*busy, now=1.0 + step * 0.05), REQUEST, 1)
+    assert policy.theta(4.0) == pytest.approx(0.75)
+    assert policy.theta(1.0) == 0.0
+
+
+def test_exploration_by_default_stays_under_the_one_percent_a_p99_is_made_of() -> None:
+    policy = make_policy("learned", {}, seed=5)
+    assert isinstance(policy, Learned)
+    for t in range(5):
+        policy.observe("fast", True, 10.0, 0, float(t))
+    policy.observe("slow", True, 100.0, 0, 0.0)
+    pair = snapshot("fast", "slow")
+    firsts = Counter(policy.pick(pair, REQUEST, 1)[0] for _ in range(40_000))
+    assert 0.002 < firsts["slow"] / 40_000 < 0.01
+
+
+class _Counted:
+    """A backend view that counts how often a pick reads it."""
+
+    reads = 0
+
+    def __init__(self, name: str) -> None:
+        self._id = name
+
+    def _read(self) -> None:
+        _Counted.reads += 1
+
+    @property
+    def id(self) -> str:
+        self._read()
+        return self._id
+
+    @property
+    def weight(self) -> float:
+        return 1.0  # read once by the table, when the pool changes
+
+    @property
+    def in_flight(self) -> int:
+        self._read()
+        return 1
+
+    @property
+    def ewma_ms(self) -> float:
+        self._read()
+        return 20.0
+
+    @property
+    def peak_ewma_ms(self) -> float:
+        self._read()
+        return 20.0
+
+    @property
+    def error_rate(self) -> float:
+        self._read()
+        return 0.0
+
+    @property
+    def load(self) -> LoadReport | None:
+        self._read()
+        return report(queue=1, max_batch=4)
+
+
+@pytest.mark.parametrize("size", [100, 10_000])
+def test_a_pick_reads_a_few_backends_whatever_the_pool_size(size: int) -> None:
+    policy = Learned(seed=2)
+    table = Table([_Counted(f"w{i}") for i in range(size)])
+    for i in range(size):  # warm: every backend known
+        policy.observe(f"w{i}", True, 20.0, 1, 0.0)
+        policy.observe(f"w{i}", True, 20.0, 1, 0.0)
+        policy.observe(f"w{i}", True, 20.0, 1, 0.0)
+    _Counted.reads = 0
+    for _ in range(100):
+        assert len(policy.pick(Snapshot(table=table, now=1.0), REQUEST, 3)) == 3
+    assert _Counted.reads <= 100 * 8 * 6  # at most choice_count (8) views, each read a few times
