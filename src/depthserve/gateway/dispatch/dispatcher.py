@@ -141,27 +141,20 @@ class Dispatcher:
             ended()
         raise AttemptFailed(GatewayError(503, "backend_unavailable", f"backend {address} left the pool"), True)
 
-    def _usable(self, view: View | None) -> bool:
-        """Whether a picked backend may take the request now: under its outstanding cap, its queue not full.
+    def _usable(self, view: View | None, now: float) -> bool:
+        """Whether a picked backend may take the request at `now`: under its outstanding cap, its queue not full.
 
         A pick the pool does not know (it left since) is left to the attempt, which fails it as retriable.
         """
         if view is None:
             return True
         cap = self.settings.max_outstanding_per_backend
-        return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id)
+        return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id, now)
 
     def _usable_picks(self, picks: tuple[str, ...], by_id: Mapping[str, View]) -> list[str]:
-        """The picks `_usable` keeps, in order: the same test with the clock and the cap read once per request."""
-        cap = self.settings.max_outstanding_per_backend
-        pool = self.pool
-        now = pool.clock()
-        usable = []
-        for address in picks:
-            view = by_id.get(address)
-            if view is None or (not (cap and view.in_flight >= cap) and not pool.known_full(address, now)):
-                usable.append(address)
-        return usable
+        """The picks `_usable` keeps, in order, with the clock read once per request."""
+        now = self.pool.clock()
+        return [address for address in picks if self._usable(by_id.get(address), now)]
 
     async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
         """The policy's ordered picks among usable backends, waiting for a slot when all are at their cap.
@@ -185,7 +178,8 @@ class Dispatcher:
                 by_id = snapshot.table.by_id
                 usable = self._usable_picks(policy.pick(snapshot, info, attempts), by_id)
                 if not usable:  # the few picked are all busy: look at every backend
-                    views = [view for view in snapshot.backends if self._usable(view)]
+                    now = self.pool.clock()
+                    views = [view for view in snapshot.backends if self._usable(view, now)]
                     if views:
                         usable = list(policy.pick(Snapshot(views, snapshot.now), info, attempts))
                     elif any(not (cap and view.in_flight >= cap) for view in snapshot.backends):

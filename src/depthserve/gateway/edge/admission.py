@@ -191,9 +191,10 @@ class AdmissionController:
         active = len(self._last_served.keys() | self._client_in_flight.keys() | {client})
         return (self._room.waiting(client) + 1) * active / total
 
-    def _prune(self) -> None:
+    def _prune(self, now: float | None = None) -> None:
         """Forget clients idle for ACTIVE_S (looked at most every ACTIVE_S/2): memory stays bounded."""
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         if now - self._pruned_at < ACTIVE_S / 2:
             return
         self._pruned_at = now
@@ -300,7 +301,7 @@ class AdmissionController:
         self._client_in_flight[client] -= 1
         if not self._client_in_flight[client]:
             del self._client_in_flight[client]
-        self._prune()  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
+        self._prune(now)  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
         self._dispatch()
 
     def _dispatch(self) -> None:
