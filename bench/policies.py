@@ -2,8 +2,9 @@
 
 Two workers run at full speed and two at a quarter (an A100 next to a T4), with heavy-tailed
 (lognormal) service times. For each policy a fresh gateway is started and offered 50%, 80% and 95%
-of the cluster's total capacity; the table gives throughput, latency percentiles, each worker's
-share and utilisation, and how often a worker sat idle while another had work queued.
+of the cluster's total capacity, each cell starting once every worker is idle; the table gives
+throughput, latency percentiles, each worker's share and utilisation, and how often a worker sat
+idle while another had work queued.
 
     python bench/policies.py [--duration 20] [--policies round_robin,p2c,...] [--markdown out.md]
 """
@@ -78,6 +79,29 @@ async def sample_idle_while_queued(
             hits += bool(idle and ((waits and max(waits) > min(idle)) or view.get("waiting_for_backend", 0)))
             await asyncio.sleep(period_s)
     return hits / total if total else 0.0
+
+
+async def wait_idle(url: str, timeout_s: float = 180.0) -> float:
+    """Wait until no worker holds work (the gateway sends none, their fresh load reports show none queued or
+    running), so a cell starts on empty queues, as the simulator's cells do; give the seconds waited.
+
+    A saturating cell leaves seconds of backlog on the slow workers; without this the next cell (or the
+    next policy's first) would be measured on top of it.
+    """
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() - started < timeout_s:
+            backends = (await client.get(f"{url}/v1/cluster")).json()["backends"]
+            loads = [b["load"] for b in backends]
+            fresh = all(b["load_age_s"] is not None and b["load_age_s"] < 1.5 for b in backends)
+            if (
+                fresh
+                and all(b["in_flight"] == 0 for b in backends)
+                and all(load["queue"] == 0 and load["running"] == 0 for load in loads)
+            ):
+                return time.monotonic() - started
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"workers still busy after {timeout_s:.0f} s")
 
 
 async def served_by(url: str) -> dict[str, int]:
@@ -221,7 +245,12 @@ def main() -> None:
                 gateway, url = start_gateway(logs, backends, *flags)
                 try:
                     for load in (float(x) for x in args.loads.split(",")):
-                        print(f"{policy} at {load:.0%} of {capacity:.0f} req/s ...", file=sys.stderr, flush=True)
+                        waited = asyncio.run(wait_idle(url))
+                        print(
+                            f"{policy} at {load:.0%} of {capacity:.0f} req/s (workers idle after {waited:.1f} s) ...",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         cell = asyncio.run(
                             run_cell(
                                 url,
@@ -236,7 +265,6 @@ def main() -> None:
                             )
                         )
                         cells.append(cell)
-                        time.sleep(1.0)  # let queues drain between cells
                 finally:
                     gateway.stop()
         finally:

@@ -93,3 +93,12 @@ def test_a_killed_worker_costs_retries_not_requests() -> None:
     assert result.retries > 0  # calls to the dead worker went elsewhere
     assert stats.failures <= stats.sent * 0.01, dict(stats.failed)
     assert any("kill 1 worker" in line for line in result.events)
+
+
+def test_static_weights_go_only_to_the_policies_a_scenario_names() -> None:
+    def fast_share(scenario: Scenario) -> float:
+        served = runner.run(scenario, "random", 0.3).served_by_kind
+        return served["fast"] / (served["fast"] + served["slow"])
+
+    assert fast_share(small()) > 0.7  # weights default to the kinds' speeds (4:1): weighted random
+    assert 0.4 < fast_share(small(weighted=["weighted_round_robin"])) < 0.6  # a plain --backends list: even

@@ -92,7 +92,8 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     loop = asyncio.get_running_loop()
     random.seed(f"gateway:{scenario.seed}")  # the health checks' jitter
     settings, auto = policy_settings(scenario, policy)
-    world = World(scenario, auto_weights=auto)
+    weighted = scenario.weighted is None or policy in scenario.weighted
+    world = World(scenario, auto_weights=auto, static_weights=weighted)
     core = GatewayCore.build(settings, clock=loop.time, transports=world.transport, seed=scenario.seed)
     pool = core.pool
     for worker in world.workers.values():
@@ -107,6 +108,7 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     sessions = scenario.arrivals.sessions
     headers = [{"x-session-id": f"s{c}"} if sessions else {} for c in range(len(clients))]
     slo_ms, warmup, timeout = scenario.slo_s * 1000.0, scenario.warmup_s, scenario.request_timeout_s
+    edge_ms = scenario.edge_ms
 
     def reading(request: InferRequest) -> Callable[[UploadLease], Awaitable[InferRequest]]:
         async def build(lease: UploadLease) -> InferRequest:
@@ -135,7 +137,7 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
         except GatewayError as error:
             stats.refused(arrival.at, f"{error.status} {error.reason}", counted)
         else:
-            stats.answered(arrival.at, (loop.time() - arrival.at) * 1000.0, slo_ms, counted)
+            stats.answered(arrival.at, (loop.time() - arrival.at) * 1000.0 + edge_ms, slo_ms, counted)
         finally:
             close_one()  # counted here rather than by a done callback on each task
 

@@ -59,6 +59,9 @@ class WorkerModel(Strict):
     per_cost_ms: float = Field(10.0, ge=0, description="time per cost unit (a level-9 image) at speed 1")
     sigma: float = Field(0.3, ge=0, le=3, description="lognormal shape of each batch's noise (0 = none)")
     network_ms: float = Field(1.0, ge=0, description="round trip gateway-worker-gateway, and the worker's own work")
+    overhead_ms: float = Field(
+        0.0, ge=0, description="worker time per batch outside the device (not scaled by speed): it cuts capacity"
+    )
     rack_size: int = Field(8, ge=1, description="workers per rack, for partitions")
 
 
@@ -131,11 +134,22 @@ class Scenario(Strict):
     arrivals: Arrivals = Field(default_factory=lambda: Arrivals.model_validate({}))
     mix: list[MixEntry] = Field(default_factory=lambda: [MixEntry.model_validate({})])
     request_timeout_s: float = Field(10.0, gt=0)
+    edge_ms: float = Field(
+        0.0,
+        ge=0,
+        description="time outside the dispatch path (the client, HTTP parsing and writing), added to "
+        "the latency clients see; the gateway's picks never see it",
+    )
     slo_s: float = Field(1.0, gt=0, description="goodput counts replies within this")
     gateway: dict[str, Any] = Field(default_factory=dict, description="gateway settings, as in its YAML config")
     events: list[Event] = Field(default_factory=list)
     autoscale: AutoscaleModel | None = None
     policies: list[str] = Field(default_factory=lambda: ["round_robin", "p2c"])
+    weighted: list[str] | None = Field(
+        None,
+        description="policies given the fleet's static weights; the others see every worker at weight 1, as a "
+        "gateway started with a plain --backends list (default: every policy gets them)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:

@@ -43,19 +43,21 @@ class Job:
 
 @dataclass
 class ServiceModel:
-    """Service time of a batch: (fixed_s + per_cost_s * sum of costs) / speed, times lognormal noise."""
+    """Service time of a batch: (fixed_s + per_cost_s * sum of costs) / speed, times lognormal noise, plus the
+    worker's own time per batch outside the device (`overhead_s`: not scaled by speed, no noise)."""
 
     fixed_s: float = 0.015
     per_cost_s: float = 0.010
     sigma: float = 0.3  # lognormal shape of the per-batch noise (0 = none)
     network_s: float = 0.001  # added to every reply: the round trip and the worker's own per-request work
+    overhead_s: float = 0.0  # the worker busy between batches (its event loop's turn, decode, encode)
 
     def time(self, costs: float, speed: float, rng: random.Random) -> float:
         """One batch's duration."""
         mean = (self.fixed_s + self.per_cost_s * costs) / speed
         if self.sigma <= 0:
-            return mean
-        return mean * rng.lognormvariate(-self.sigma * self.sigma / 2, self.sigma)
+            return mean + self.overhead_s
+        return mean * rng.lognormvariate(-self.sigma * self.sigma / 2, self.sigma) + self.overhead_s
 
 
 @dataclass

@@ -20,12 +20,17 @@ log = logging.getLogger("depthserve.sim")
 class World:
     """Every worker of a run, created from the scenario, and the events that change them."""
 
-    def __init__(self, scenario: Scenario, auto_weights: bool = False) -> None:
+    def __init__(self, scenario: Scenario, auto_weights: bool = False, static_weights: bool = True) -> None:
         self.scenario = scenario
         self.auto_weights = auto_weights
+        self.static_weights = static_weights  # False: every worker at weight 1, as a plain --backends list
         model = scenario.worker
         self.service = ServiceModel(
-            model.fixed_ms / 1000.0, model.per_cost_ms / 1000.0, model.sigma, model.network_ms / 1000.0
+            model.fixed_ms / 1000.0,
+            model.per_cost_ms / 1000.0,
+            model.sigma,
+            model.network_ms / 1000.0,
+            model.overhead_ms / 1000.0,
         )
         self.workers: dict[str, SimWorker] = {}
         self.weights: dict[str, float] = {}
@@ -61,7 +66,7 @@ class World:
 
     def spec(self, worker: SimWorker) -> BackendSpec:
         """How discovery would announce the worker: its address, static weight (or auto) and hardware."""
-        weight = None if self.auto_weights else self.weights[worker.address]
+        weight = None if self.auto_weights else self.weights[worker.address] if self.static_weights else 1.0
         return BackendSpec(worker.address, weight=weight, hardware=worker.kind.name, source="sim")
 
     def transport(self, spec: BackendSpec) -> SimTransport:
