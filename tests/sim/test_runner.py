@@ -102,3 +102,11 @@ def test_static_weights_go_only_to_the_policies_a_scenario_names() -> None:
 
     assert fast_share(small()) > 0.7  # weights default to the kinds' speeds (4:1): weighted random
     assert 0.4 < fast_share(small(weighted=["weighted_round_robin"])) < 0.6  # a plain --backends list: even
+
+
+def test_time_outside_the_dispatch_path_shifts_what_clients_see_and_not_the_picks() -> None:
+    plain = runner.run(small(), "least_latency", 0.6)
+    edged = runner.run(small(edge_ms=5.0), "least_latency", 0.6)
+    assert plain.served_by_kind == edged.served_by_kind  # the gateway never sees it: the same picks
+    p50, edged_p50 = plain.stats.latency.quantile(0.5), edged.stats.latency.quantile(0.5)
+    assert p50 is not None and edged_p50 is not None and 4.0 < edged_p50 - p50 < 6.0

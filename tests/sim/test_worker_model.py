@@ -76,3 +76,10 @@ def test_a_high_priority_job_runs_next_as_at_a_real_worker() -> None:
         return done
 
     assert virtual_time.run(main()) == ["running", "express1", "express2", "queued"]
+
+
+def test_the_workers_own_time_per_batch_is_not_scaled_by_its_speed() -> None:
+    service = ServiceModel(fixed_s=0.020, per_cost_s=0.0, sigma=0.0, network_s=0.0, overhead_s=0.001)
+    rng = random.Random(0)
+    assert service.time(1.0, 1.0, rng) == pytest.approx(0.021)
+    assert service.time(1.0, 0.25, rng) == pytest.approx(0.081)  # the device is 4x slower, the host is not
