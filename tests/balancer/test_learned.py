@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from depthserve.balancer import BackendView, RequestInfo, make_policy
-from depthserve.balancer.policies.learned import Learned
+from depthserve.balancer.policies.learned import Learned, _Model
 from depthserve.balancer.types import Snapshot, Table
 from depthserve.protocol.load_report import LoadReport
 from depthserve.testing.snapshots import report, snapshot
@@ -194,3 +194,18 @@ def test_a_pick_reads_a_few_backends_whatever_the_pool_size(size: int) -> None:
     for _ in range(100):
         assert len(policy.pick(Snapshot(table=table, now=1.0), REQUEST, 3)) == 3
     assert _Counted.reads <= 100 * 8 * 6  # at most choice_count (8) views, each read a few times
+
+
+def test_a_reply_is_paired_with_the_backlog_of_its_own_send_even_out_of_order() -> None:
+    model = _Model()
+    model.sent.extend([(0.0, 0.0), (1.0, 5.0), (2.0, 9.0)])
+    assert model.sent_behind(1.0, 2) == 5.0  # the second send's reply came back first
+    assert model.sent_behind(-float("inf"), 1) == 0.0  # a failure (no latency): the oldest send
+    assert list(model.sent) == [(2.0, 9.0)]
+
+
+def test_sends_that_ended_unseen_are_forgotten_oldest_first() -> None:
+    model = _Model()
+    model.sent.extend([(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0)])
+    assert model.sent_behind(3.0, 1) == 4.0  # one call still out: two sends ended unseen (abandoned)
+    assert list(model.sent) == [(2.0, 3.0)]

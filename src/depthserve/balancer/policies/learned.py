@@ -52,7 +52,24 @@ class _Model:
     slope_s: float = 0.0
     samples: int = 0
     updated_at: float = 0.0
-    sent: deque[float] = field(default_factory=lambda: deque(maxlen=4096))  # backlogs at send, oldest first
+    sent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))  # (at, backlog), oldest first
+
+    def sent_behind(self, sent_at: float, outstanding: int) -> float | None:
+        """Take the backlog recorded at the send nearest `sent_at`; forget the oldest beyond `outstanding` calls.
+
+        Replies come back out of order (batches form by token grid, heavy tails) and some calls end unseen
+        (abandoned, or sent elsewhere than picked): matching a reply to the oldest send would pair it with
+        another request's backlog, so it is matched by when it was sent.
+        """
+        sent = self.sent
+        if not sent:
+            return None
+        nearest = min(range(len(sent)), key=lambda i: abs(sent[i][0] - sent_at))
+        backlog = sent[nearest][1]
+        del sent[nearest]
+        while len(sent) > max(outstanding, 0):  # calls that ended unseen: the oldest, as timeouts are
+            sent.popleft()
+        return backlog
 
     def add(self, backlog: float, latency_s: float, keep: float) -> None:
         """Decay the sums by `keep`, add one sample, and refit."""
@@ -131,7 +148,8 @@ class Learned:
         model = self._models.get(backend)
         if model is None:
             model = self._model(backend, now)
-        sent_behind = model.sent.popleft() if model.sent else float(max(backlog, 0))
+        recorded = model.sent_behind(now - latency_ms / 1000.0 if ok else -math.inf, backlog)
+        sent_behind = float(max(backlog, 0)) if recorded is None else recorded
         if not ok:  # a failure makes it look slow at once
             model.intercept_s = max(model.intercept_s * 2.0, 1e-3)
             model.updated_at = now
@@ -206,7 +224,7 @@ class Learned:
             order.insert(0, least)  # learning: the least observed backend of the sample goes first
         first = order[0]
         chosen = self._models.get(views[first].id) or self._model(views[first].id, snapshot.now)
-        chosen.sent.append(backlog[first])  # the backlog it is sent behind, for the reply's sample
+        chosen.sent.append((snapshot.now, backlog[first]))  # when, and behind how many, for the reply's sample
         ids = [views[j].id for j in order[:wanted]]
         return with_drained(ids, table, limit) if table.drained else tuple(ids)
 
