@@ -195,6 +195,9 @@ def sim(
     ] = None,
     load: Annotated[str | None, typer.Option(help="offered loads, shares of capacity: 0.5,0.8 [scenario's]")] = None,
     duration: Annotated[float | None, typer.Option(help="simulated seconds [scenario's]", min=0.1)] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="random seed of arrivals, service times and events [scenario's]")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="folder for table.md, results.json and the PNG plots")] = None,
 ) -> None:
     """Simulate a fleet: the real gateway core on a virtual clock in front of simulated GPU workers."""
@@ -203,7 +206,9 @@ def sim(
     from depthserve.sim.command import main as simulate
 
     try:
-        code = simulate(scenario, policy or compare, load, duration, out, Console(width=max(Console().width, 150)))
+        code = simulate(
+            scenario, policy or compare, load, duration, out, Console(width=max(Console().width, 150)), seed
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     raise typer.Exit(code)

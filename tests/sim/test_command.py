@@ -43,3 +43,19 @@ def test_a_timeline_is_drawn_around_events_and_a_bad_name_is_one_line(tmp_path: 
         [sys.executable, "-m", "depthserve", "sim", "no_such_scenario"], capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 2 and "shipped:" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_another_seed_is_another_draw_of_the_same_world_and_a_seed_repeats(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from depthserve.sim.command import main
+
+    def runs(seed: int, name: str) -> list[dict[str, object]]:
+        out = tmp_path / name
+        assert main("four_workers", "p2c", "0.8", 4.0, out, Console(file=io.StringIO()), seed) == 0
+        found = json.loads((out / "results.json").read_text())["runs"]
+        return [{key: value for key, value in run.items() if key != "wall_s"} for run in found]  # all but the clock
+
+    assert runs(5, "a") == runs(5, "b") != runs(6, "c")

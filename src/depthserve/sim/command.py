@@ -71,11 +71,14 @@ def main(
     duration_s: float | None,
     out: Path | None,
     console: Console,
+    seed: int | None = None,
 ) -> int:
     """Run, print the table, and write table, JSON and plots under `out`; the exit code."""
     scenario = load_scenario(resolve(name))
     if duration_s is not None:
         scenario = scenario.model_copy(update={"duration_s": duration_s})
+    if seed is not None:  # another draw of the same world: how much of a difference is luck
+        scenario = scenario.model_copy(update={"seed": seed})
     chosen = [p.strip() for p in policies.split(",")] if policies else scenario.policies
     sweep = [float(x) for x in loads.split(",")] if loads else scenario.offered_loads()
     started = time.perf_counter()
