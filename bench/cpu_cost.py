@@ -10,6 +10,10 @@ not wall time, whatever else the shared machine is doing. Legs, per image size a
 - worker npy / worker raw: the same message straight to the worker
 - /v1/depth (npy), OIP REST (binary tensors, raw reply), OIP gRPC (raw reply): through the gateway
 
+With `--floor`, two more legs send the /v1/depth upload to the bare ASGI and RSGI forwarders of
+`bench/floor_apps.py` (granian plus one grpc.aio call to the same worker, nothing else): what the
+stack costs before any of the gateway's own work ("floor" column).
+
 Ratios are req/s against the bare server with the same reply. With `--profile DIR`, py-spy records the
 gateway and the worker during the gateway legs (separate runs, not counted in the table), sampling the thread
 that holds the GIL, so the profile shows where Python time goes (native threads: see each thread's CPU in /proc).
@@ -33,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from h2load_runner import LoadResult, require_h2load, run_h2load  # noqa: E402
 from overhead import check_grpc, grpc_frame, oip_rest_body  # noqa: E402
+from overhead_floor import start_forwarder  # noqa: E402
 
 from depthserve.probes import free_port, grpc_serving, http_ready  # noqa: E402
 from depthserve.protocol.depth_api import DepthInputs, build_request  # noqa: E402
@@ -171,15 +176,17 @@ def print_table(rows: list[tuple[str, int, int, list[Leg]]]) -> None:
     """Markdown: one row per leg, with req/s, p50, CPU per request of each process and the ratio to bare."""
     print(
         "| size | in flight | round | leg | req/s | p50 ms | failed | bare CPU us/req | worker CPU us/req |"
-        " gateway CPU us/req | req/s / bare | load avg |"
+        " gateway CPU us/req | floor CPU us/req | req/s / bare | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size, streams, round_number, legs in rows:
         by_name = {leg.name: leg for leg in legs}
         for leg in legs:
-            npy = leg.name in ("bare npy", "worker npy", "/v1/depth")
+            npy = leg.name in ("bare npy", "worker npy", "/v1/depth") or leg.name.endswith("floor")
             base = by_name["bare npy"] if npy else by_name["bare raw"]
             cpu = [f"{leg.cpu_us[name]:,.0f}" for name in ("bare", "worker", "gateway")]
+            floors = [us for name, us in leg.cpu_us.items() if name.endswith("floor")]
+            cpu.append(f"{sum(floors):,.0f}" if floors else "-")  # the one forwarder the leg used; the other idles
             print(
                 f"| {size} | {streams} | {round_number} | {leg.name} | {leg.load.rps:,.0f} | {leg.load.p50_ms:.2f} |"
                 f" {leg.load.failed} | {' | '.join(cpu)} | {ratio(leg, base)} | {leg.loadavg:.1f} |"
@@ -195,6 +202,7 @@ def main() -> None:
     parser.add_argument("--legs", default="", help="only these legs (comma-separated names), default all")
     parser.add_argument("--profile", type=Path, help="also record py-spy profiles of the gateway legs here")
     parser.add_argument("--gateway-args", default="", help="extra gateway flags, space-separated")
+    parser.add_argument("--floor", action="store_true", help="add legs through the bare ASGI/RSGI forwarders")
     parser.add_argument(
         "--model", default="synthetic", choices=["synthetic", "tiny"], help="tiny: a real model, npy legs"
     )
@@ -214,9 +222,14 @@ def main() -> None:
         extra = ["--grpc-port", str(grpc_port), *args.gateway_args.split()]
         gateway_port = free_port()
         gateway, url = start(logs, ["gateway", "--port", str(gateway_port), "--backends", address, *extra], pin)
+        floors = {
+            f"{interface.upper()} floor": start_forwarder(interface, address, logs / f"{interface}.log", pin)
+            for interface in (("asgi", "rsgi") if args.floor else ())
+        }
         try:
             bare_address = f"127.0.0.1:{bare_port}"
             pids = {"bare": bare.pid, "worker": worker.pid, "gateway": gateway.pid}
+            pids.update({name: proc.pid for name, (proc, _) in floors.items()})
             probe = build_request(
                 "lingbot-depth", DepthInputs(image=png_bytes(seeded_image(64, 64)))
             ).SerializeToString()
@@ -225,11 +238,20 @@ def main() -> None:
             for size in args.sizes.split(","):
                 width, height = (int(side) for side in size.split("x"))
                 legs = targets(width, height, bare_address, address, url, f"127.0.0.1:{grpc_port}")
+                image = png_bytes(seeded_image(height, width))
+                legs += [
+                    Target(name, floor_url, image, {"content-type": "image/png"})
+                    for name, (_, floor_url) in floors.items()
+                ]
                 if args.model != "synthetic":  # a model's reply is its npy file: the npy legs
                     legs = [leg for leg in legs if leg.name in ("bare npy", "worker npy", "/v1/depth")]
                 if args.legs:
                     wanted = set(args.legs.split(","))
-                    legs = [leg for leg in legs if leg.name in wanted or leg.name.startswith("bare")]
+                    legs = [
+                        leg
+                        for leg in legs
+                        if leg.name in wanted or leg.name.startswith("bare") or leg.name.endswith("floor")
+                    ]
                 for streams in (int(s) for s in args.streams.split(",")):
                     for round_number in range(1, args.rounds + 1):
                         measured = [measure(leg, args.requests, streams, pids) for leg in legs]
@@ -240,6 +262,9 @@ def main() -> None:
                             if not leg.name.startswith("bare"):
                                 profile(leg, args.requests, streams, pids, args.profile / f"{size}-{streams}")
         finally:
+            for proc, _ in floors.values():
+                proc.terminate()
+                proc.wait(10)
             gateway.stop()
             worker.stop()
             bare.terminate()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -31,15 +32,17 @@ from depthserve.testing.processes import start_gateway, start_worker  # noqa: E4
 from depthserve.testing.samples import png_bytes, seeded_image  # noqa: E402
 
 
-def start_forwarder(interface: str, worker: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Run one floor app under granian on a free port; its URL once it answers."""
+def start_forwarder(
+    interface: str, worker: str, log: Path, prefix: Sequence[str] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Run one floor app under granian on a free port (after `prefix`, e.g. taskset); its URL once it answers."""
     port = free_port()
     env = {**os.environ, "WORKER": worker, "PYTHONPATH": str(Path(__file__).parent)}
     granian = Path(sys.executable).with_name("granian")
     command = [str(granian), "--interface", interface, "--http", "auto", "--loop", "uvloop"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*command, "--port", str(port), f"floor_apps:{interface}"], env=env, stdout=out, stderr=out
+            [*prefix, *command, "--port", str(port), f"floor_apps:{interface}"], env=env, stdout=out, stderr=out
         )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 30
