@@ -152,9 +152,16 @@ class Dispatcher:
         return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id, now)
 
     def _usable_picks(self, picks: tuple[str, ...], by_id: Mapping[str, View]) -> list[str]:
-        """The picks `_usable` keeps, in order, with the clock read once per request."""
-        now = self.pool.clock()
-        return [address for address in picks if self._usable(by_id.get(address), now)]
+        """The picks `_usable` keeps, in order, with the clock read once per request (its test written out here:
+        it runs for every pick of every request)."""
+        pool = self.pool
+        now, cap = pool.clock(), self.settings.max_outstanding_per_backend
+        kept = []
+        for address in picks:
+            view = by_id.get(address)
+            if view is None or not ((cap and view.in_flight >= cap) or pool.known_full(address, now)):
+                kept.append(address)
+        return kept
 
     def _candidates(self, info: RequestInfo, returning: bool) -> list[str]:
         """The policy's ordered picks among usable backends now; [] when every backend is at its cap.

@@ -75,11 +75,11 @@ class Forwarder:
         if timeout_s is None:
             timeout_s = request_timeout(headers, self.settings)
         deadline = edge.clock() + timeout_s
-        edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
+        priority = edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
         edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
-            async with edge.admission.admit(model, deadline, edge.priority(headers), who) as express:
+            async with edge.admission.admit(model, deadline, priority, who) as express:
                 request = for_worker(request, express)
                 left = deadline - edge.clock()
                 info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
