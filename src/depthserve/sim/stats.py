@@ -14,6 +14,11 @@ GAMMA = 1.02  # bucket i holds latencies in (GAMMA^(i-1), GAMMA^i] milliseconds:
 _LOG_GAMMA = math.log(GAMMA)
 
 
+def bucket_of(ms: float) -> int:
+    """The sketch bucket of a latency in milliseconds."""
+    return math.ceil(math.log(max(ms, 1e-3)) / _LOG_GAMMA)
+
+
 @dataclass
 class Sketch:
     """Counts of latencies (ms) in logarithmic buckets; quantiles within ~1%."""
@@ -23,7 +28,11 @@ class Sketch:
 
     def add(self, ms: float) -> None:
         """Count one latency."""
-        self.buckets[math.ceil(math.log(max(ms, 1e-3)) / _LOG_GAMMA)] += 1
+        self.add_to(bucket_of(ms))
+
+    def add_to(self, bucket: int) -> None:
+        """Count one latency already bucketed (one log per reply, though it goes into two sketches)."""
+        self.buckets[bucket] += 1
         self.count += 1
 
     def merge(self, other: Sketch) -> None:
@@ -68,10 +77,11 @@ class RunStats:
         """A reply `ms` after the request was sent at `at` (`counted`: past the warm-up)."""
         second = self._second(at)
         second.ok += 1
-        second.latency.add(ms)
+        bucket = bucket_of(ms)
+        second.latency.add_to(bucket)
         if counted:
             self.ok += 1
-            self.latency.add(ms)
+            self.latency.add_to(bucket)
             if ms <= slo_ms:
                 self.within_slo += 1
 

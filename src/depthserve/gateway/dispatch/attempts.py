@@ -62,6 +62,7 @@ class Attempts:
         "_next",
         "_pending",
         "_waiter",
+        "_timer",
         "_watch",
         "_stuck",
         "_budget_wait",
@@ -92,6 +93,7 @@ class Attempts:
         # -> (address, is_retry, its call: settled as abandoned after the task, a no-op unless it never ran)
         self._pending: dict[asyncio.Task[InferResponse], tuple[str, bool, Call | None]] = {}
         self._waiter: asyncio.Future[None] | None = None  # set while `run` waits for something to happen
+        self._timer: asyncio.TimerHandle | None = None  # the waiter's timer, while it waits
         self._watch = dispatcher.stalls.watch()
         # Backends that stopped answering with an attempt of ours, not yet re-sent (ordered: runs reproduce).
         self._stuck: dict[str, None] = {}
@@ -110,7 +112,12 @@ class Attempts:
             while self._pending or self._budget_wait is not None:
                 waited = self._budget_wait
                 wait_until = self._deadline if self._hedge_at is None else min(self._deadline, self._hedge_at)
-                await self._first_done(wait_until)
+                waiter = self._arm_wait(wait_until)
+                if waiter is not None:  # nothing ended yet: wait for the first that does (no coroutine of its own)
+                    try:
+                        await waiter
+                    finally:
+                        self._disarm()
                 if self._watch.stalled:
                     self._stuck.update(dict.fromkeys(self._watch.take()))
                 if waited is not None and waited.done():
@@ -143,32 +150,37 @@ class Attempts:
             self._budget.active_requests -= 1
             await self._close()
 
-    async def _first_done(self, until: float) -> None:
-        """Wait until an attempt or the budget wait ends, a backend of ours stalls, or the clock reaches `until`.
+    def _arm_wait(self, until: float) -> asyncio.Future[None] | None:
+        """Make the waiter that an attempt or the budget wait ending, a backend of ours stalling, or the clock
+        reaching `until` wakes (with its timer); None when one of those happened already (no wait).
 
         asyncio.wait's FIRST_COMPLETED with one waiter and one timer: attempts wake it as they end (no done
         callback on each), and so does the stall watch. It runs once per attempt of every request.
         """
         loop, watch, waited = self._loop, self._watch, self._budget_wait
         if watch.stalled or until <= loop.time() or (waited is not None and waited.done()):
-            return
+            return None
         for task in self._pending:
             if task.done():
-                return
+                return None
         self._waiter = waiter = loop.create_future()
         wake = self._wake
         if waited is not None:
             waited.add_done_callback(wake)
-        timer = loop.call_at(until, wake)
+        self._timer = loop.call_at(until, wake)
         watch.notify = wake
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-            watch.notify = _nothing
-            timer.cancel()
-            if waited is not None:
-                waited.remove_done_callback(wake)
+        return waiter
+
+    def _disarm(self) -> None:
+        """Undo `_arm_wait` once the wait is over (or cancelled)."""
+        self._waiter = None
+        self._watch.notify = _nothing
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waited = self._budget_wait
+        if waited is not None:
+            waited.remove_done_callback(self._wake)
 
     def _wake(self, _: object = None) -> None:
         """End the current wait, if there is one."""

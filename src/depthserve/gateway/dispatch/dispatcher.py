@@ -152,47 +152,58 @@ class Dispatcher:
         return not (cap and view.in_flight >= cap) and not self.pool.known_full(view.id, now)
 
     def _usable_picks(self, picks: tuple[str, ...], by_id: Mapping[str, View]) -> list[str]:
-        """The picks `_usable` keeps, in order, with the clock read once per request."""
-        now = self.pool.clock()
-        return [address for address in picks if self._usable(by_id.get(address), now)]
+        """The picks `_usable` keeps, in order, with the clock read once per request (its test written out here:
+        it runs for every pick of every request)."""
+        pool = self.pool
+        now, cap = pool.clock(), self.settings.max_outstanding_per_backend
+        kept = []
+        for address in picks:
+            view = by_id.get(address)
+            if view is None or not ((cap and view.in_flight >= cap) or pool.known_full(address, now)):
+                kept.append(address)
+        return kept
 
-    async def _candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
-        """The policy's ordered picks among usable backends, waiting for a slot when all are at their cap.
+    def _candidates(self, info: RequestInfo, returning: bool) -> list[str]:
+        """The policy's ordered picks among usable backends now; [] when every backend is at its cap.
 
         The policy picks a few (O(k)) and those it picked that are full or at their cap are passed over;
         only when none of those is usable are all backends looked at, to find the usable ones or to know
-        there are none.
+        there are none. `returning`: the request waited for a slot already (it no longer queues behind others).
         """
         cap = self.settings.max_outstanding_per_backend
         attempts = self.settings.max_attempts
+        snapshot = self.pool.snapshot_for(info)  # the pool of the model and version asked for
+        policy = self.policy_for(info.model)
+        if not snapshot.backends:
+            raise no_backend(info.model)
+        if not returning and cap and self.pool.slots.has_waiters(info.model):
+            return []  # requests already wait for a slot: queue behind them, never overtake
+        by_id = snapshot.table.by_id
+        usable = self._usable_picks(policy.pick(snapshot, info, attempts), by_id)
+        if not usable:  # the few picked are all busy: look at every backend
+            now = self.pool.clock()
+            views = [view for view in snapshot.backends if self._usable(view, now)]
+            if views:
+                usable = list(policy.pick(Snapshot(views, snapshot.now), info, attempts))
+            elif any(not (cap and view.in_flight >= cap) for view in snapshot.backends):
+                raise pool_full(info.model)  # sending would only collect RESOURCE_EXHAUSTED from each
+            # else every backend is at its cap: the caller waits for a slot
+        return usable[:attempts]
+
+    async def _slot_candidates(self, info: RequestInfo, deadline: float, timeout_s: float) -> list[str]:
+        """Wait for a backend slot until `_candidates` finds one usable, or the deadline passes (504)."""
         loop = asyncio.get_running_loop()
         returning = False
         while True:
-            snapshot = self.pool.snapshot_for(info)  # the pool of the model and version asked for
-            policy = self.policy_for(info.model)
-            if not snapshot.backends:
-                raise no_backend(info.model)
-            if not returning and cap and self.pool.slots.has_waiters(info.model):
-                usable: list[str] = []  # requests already wait for a slot: queue behind them, never overtake
-            else:
-                by_id = snapshot.table.by_id
-                usable = self._usable_picks(policy.pick(snapshot, info, attempts), by_id)
-                if not usable:  # the few picked are all busy: look at every backend
-                    now = self.pool.clock()
-                    views = [view for view in snapshot.backends if self._usable(view, now)]
-                    if views:
-                        usable = list(policy.pick(Snapshot(views, snapshot.now), info, attempts))
-                    elif any(not (cap and view.in_flight >= cap) for view in snapshot.backends):
-                        raise pool_full(info.model)  # sending would only collect RESOURCE_EXHAUSTED from each
-                    # else every backend is at its cap: wait for a slot below
-            if usable:
-                return usable[:attempts]
             left = deadline - loop.time()
             if left <= 0:
                 raise deadline_error(timeout_s)
             # Re-check now and then even unwoken: a backend may come back or be added meanwhile.
             await self.pool.slots.wait(min(left, SLOT_RECHECK_S), returning, info.model)
             returning = True
+            usable = self._candidates(info, True)
+            if usable:
+                return usable
 
     def hedge_delay_s(self) -> float | None:
         """How long the first attempt may take before a hedge is sent (None: no hedging, or no latencies yet)."""
@@ -241,8 +252,10 @@ class Dispatcher:
     ) -> tuple[InferResponse, str]:
         """Get one reply within `timeout_s` from some backend; `requested_s` is the client's whole deadline."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        candidates = await self._candidates(info, deadline, requested_s or timeout_s)
-        return await Attempts(self, request, request_id, candidates, deadline, requested_s or timeout_s).run()
+        overall_s = requested_s or timeout_s
+        # Picked without a coroutine of its own; only a request finding every backend at its cap waits.
+        candidates = self._candidates(info, False) or await self._slot_candidates(info, deadline, overall_s)
+        return await Attempts(self, request, request_id, candidates, deadline, overall_s).run()
 
 
 __all__ = ["Dispatcher", "GatewayError"]

@@ -7,8 +7,9 @@ checks and the deadline arithmetic between those two steps live here, once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from types import CoroutineType, coroutine
+from typing import Any, TypeVar, cast
 
 from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
@@ -74,11 +75,11 @@ class Forwarder:
         if timeout_s is None:
             timeout_s = request_timeout(headers, self.settings)
         deadline = edge.clock() + timeout_s
-        edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
+        priority = edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
         edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
-            async with edge.admission.admit(model, deadline, edge.priority(headers), who) as express:
+            async with edge.admission.admit(model, deadline, priority, who) as express:
                 request = for_worker(request, express)
                 left = deadline - edge.clock()
                 info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
@@ -106,12 +107,44 @@ def for_worker(request: InferRequest, express: bool) -> InferRequest:
 async def within_upload_time(
     reading: Awaitable[T], upload_timeout_s: float, deadline_left_s: float | None = None, timeout_s: float = 0.0
 ) -> T:
-    """Await an upload under the upload timeout (408), or the request's deadline if that comes first (504)."""
+    """Await an upload under the upload timeout (408), or the request's deadline if that comes first (504).
+
+    A body that is in already (a gRPC message, a small REST body the server read with its headers) is read
+    without suspending: its first step finishes it and no timer is armed, since none could fire before it.
+    """
     limit = upload_timeout_s if deadline_left_s is None else min(upload_timeout_s, max(0.0, deadline_left_s))
     try:
+        if type(reading) is CoroutineType:
+            try:
+                waiting_on = reading.send(None)
+            except StopIteration as done:
+                return cast(T, done.value)
+            reading = _finish(reading, waiting_on)
         async with asyncio.timeout(limit):
             return await reading
     except TimeoutError:
         if limit < upload_timeout_s:
             raise GatewayError(504, "deadline", f"deadline of {timeout_s:g}s passed during the upload") from None
         raise GatewayError(408, "upload_timeout", f"request body not received within {upload_timeout_s:g}s") from None
+
+
+@coroutine
+def _finish(reading: Coroutine[Any, Any, T], waiting_on: Any) -> Generator[Any, Any, T]:
+    """Drive a coroutine that suspended on its first step to its end, as `await` would (what the task sends or
+    throws goes to it), so the rest of it runs under the timeout."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except GeneratorExit:
+            reading.close()
+            raise
+        except BaseException as error:  # noqa: BLE001 - a cancellation or whatever the task throws: passed on
+            try:
+                waiting_on = reading.throw(error)
+            except StopIteration as done:
+                return cast(T, done.value)
+        else:
+            try:
+                waiting_on = reading.send(sent)
+            except StopIteration as done:
+                return cast(T, done.value)

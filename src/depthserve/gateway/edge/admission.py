@@ -30,7 +30,7 @@ from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, Waiti
 from depthserve.gateway.errors import GatewayError
 from depthserve.handoff import Ticket
 from depthserve.telemetry.buckets import BucketCounts
-from depthserve.telemetry.tracing import span
+from depthserve.telemetry.tracing import active, span
 
 _RATE_WINDOW = 64  # recent releases that estimate how fast the queue drains
 ACTIVE_S = 1.0  # a client served this recently still shares the pool, though it holds nothing this instant
@@ -123,15 +123,22 @@ class AdmissionController:
         return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
 
     async def _enter(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
-        """Take a slot (waiting in the queue if need be) and count the wait; say (express slot, front of queue)."""
+        """Take a slot (waiting in the queue if need be) and count the wait; say (express slot, front of queue).
+
+        A slot free at once is taken without a coroutine of its own or a no-op span: nearly every request's case.
+        """
         asked = self._clock()
-        with span("gateway.admission", model=model, priority=priority):
-            taken = await self._acquire(model, deadline, priority, client)
+        if active():
+            with span("gateway.admission", model=model, priority=priority):
+                taken = self._take_free(model, priority, client) or await self._queue(model, deadline, priority, client)
+        else:
+            taken = self._take_free(model, priority, client) or await self._queue(model, deadline, priority, client)
         self.admitted += 1
         self.wait_seconds.observe(self._clock() - asked)
         return taken
 
-    async def _acquire(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
+    def _take_free(self, model: str, priority: str, client: str) -> tuple[bool, bool] | None:
+        """Take a slot free now, or an express one: (express slot, front of queue); None when it must queue."""
         self._dispatch()  # a capacity that grew since the last release may let waiters in first
         if self._has_room(model) and self._claim():  # by the invariant nobody queued could use this slot
             self._take(model, client)
@@ -141,6 +148,10 @@ class AdmissionController:
             self._express_in_flight[model] += 1
             self.express += 1
             return True, True
+        return None
+
+    async def _queue(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
+        """Wait in the queue for a slot, unless the deadline or the wait budget refuses it first."""
         remaining = deadline - self._clock()
         if remaining <= 0:
             raise self._reject("deadline", f"deadline passed before a slot for model {model!r} was free")

@@ -34,18 +34,14 @@ class StallWatch:
 class AttemptWatch:
     """One request's attempts; `notify` is called when the backend of one of them stops answering."""
 
-    __slots__ = ("_registry", "_addresses", "_stalled", "notify")
+    __slots__ = ("_registry", "_addresses", "_stalled", "stalled", "notify")
 
     def __init__(self, registry: StallWatch) -> None:
         self._registry = registry
         self._addresses: dict[str, None] = {}
         self._stalled: list[str] = []
+        self.stalled = False  # a backend of ours stopped answering since the last `take` (read once per wake-up)
         self.notify: Callable[[], None] = _nothing  # the request's wake-up, set while it waits
-
-    @property
-    def stalled(self) -> bool:
-        """Whether a backend of ours stopped answering since the last `take`."""
-        return bool(self._stalled)
 
     def add(self, address: str) -> None:
         """Watch an attempt just sent to `address`."""
@@ -65,11 +61,13 @@ class AttemptWatch:
         """Note that `address` stopped answering and wake the request."""
         self._addresses.pop(address, None)
         self._stalled.append(address)
+        self.stalled = True
         self.notify()
 
     def take(self) -> list[str]:
         """Give the backends that stopped answering since the last take."""
         stalled, self._stalled = self._stalled, []
+        self.stalled = False
         return stalled
 
     def close(self) -> None:
