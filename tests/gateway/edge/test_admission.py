@@ -241,9 +241,12 @@ def test_random_admit_and_cancel_never_exceed_limits(seed: int, max_in_flight: i
         model = rng.choice(["a", "b", "c"])
         deadline = later(rng.choice([0.0005, 0.002, 60.0]))
         try:
-            async with controller.admit(model, deadline, rng.choice(["high", "normal", "low"])):
+            async with controller.admit(model, deadline, rng.choice(["high", "normal", "low"]), rng.choice("xyz")):
                 assert controller.in_flight <= max_in_flight
                 assert controller.model_in_flight(model) <= limits.get(model, max_in_flight)
+                # the active clients' count kept as counts equals the set union it replaces
+                holders = controller._client_in_flight.keys() - controller._last_served.keys()
+                assert controller._unserved_holders == len(holders)
                 for _ in range(rng.randrange(4)):
                     await asyncio.sleep(0)
             outcomes.append("ok")

@@ -74,6 +74,7 @@ class AdmissionController:
         self._client_in_flight: Counter[str] = Counter()
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
+        self._unserved_holders = 0  # clients holding a slot that are not in _last_served: the active count's rest
         self._pruned_at = float("-inf")
         self.in_flight = 0
         self.admitted = 0  # requests that got a slot and ran
@@ -199,7 +200,10 @@ class AdmissionController:
         if total is None:
             return None
         self._prune()
-        active = len(self._last_served.keys() | self._client_in_flight.keys() | {client})
+        # |served lately or holding a slot, and this one|, kept as counts: a set union per request costs
+        # O(clients), which with thousands of clients was most of admission's time under overload.
+        known = client in self._last_served or client in self._client_in_flight
+        active = len(self._last_served) + self._unserved_holders + (0 if known else 1)
         return (self._room.waiting(client) + 1) * active / total
 
     def _prune(self, now: float | None = None) -> None:
@@ -282,6 +286,8 @@ class AdmissionController:
     def _take(self, model: str, client: str) -> None:
         self.in_flight += 1
         self._model_in_flight[model] += 1
+        if not self._client_in_flight[client] and client not in self._last_served:
+            self._unserved_holders += 1
         self._client_in_flight[client] += 1
 
     def _claim(self) -> bool:
@@ -308,6 +314,8 @@ class AdmissionController:
             self._capacities.pop(model, None)
         now = self._clock()
         self._releases.append(now)
+        if client not in self._last_served:
+            self._unserved_holders -= 1  # it holds this slot, so it was counted there until now
         self._last_served[client] = now
         self._client_in_flight[client] -= 1
         if not self._client_in_flight[client]:

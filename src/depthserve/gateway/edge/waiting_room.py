@@ -96,6 +96,8 @@ class WaitingRoom:
                 waiter = next((w for w in line if w.model in runnable), None)
                 if waiter is not None:
                     best = (held, client, waiter)
+                    if not held:
+                        break  # none holds fewer, and among equals the first in turn goes: no need to look on
             if best is None:
                 continue
             _, client, waiter = best
