@@ -68,10 +68,10 @@ class AdmissionController:
         self._clock = clock
         self._capacity = capacity  # model -> requests its workers can hold now (None: unknown, no cap)
         self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
-        self._room = WaitingRoom()
         self._model_in_flight: Counter[str] = Counter()
         self._express_in_flight: Counter[str] = Counter()  # the part of _model_in_flight past the workers' capacity
         self._client_in_flight: Counter[str] = Counter()
+        self._room = WaitingRoom(self._client_in_flight.__getitem__)
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
         self._unserved_holders = 0  # clients holding a slot that are not in _last_served: the active count's rest
@@ -289,6 +289,7 @@ class AdmissionController:
         if not self._client_in_flight[client] and client not in self._last_served:
             self._unserved_holders += 1
         self._client_in_flight[client] += 1
+        self._room.holding_changed(client)
 
     def _claim(self) -> bool:
         """Take a slot from whatever the gateway's processes share (nothing to share in one process)."""
@@ -320,6 +321,7 @@ class AdmissionController:
         self._client_in_flight[client] -= 1
         if not self._client_in_flight[client]:
             del self._client_in_flight[client]
+        self._room.holding_changed(client)
         self._prune(now)  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
         self._dispatch()
 
@@ -328,7 +330,7 @@ class AdmissionController:
         while self.in_flight < self.max_in_flight and len(self._room):
             if not self._claim():  # the gateway's other processes hold every slot: wait for one to free
                 return
-            waiter = self._room.next_to_serve(self._has_room, self._client_in_flight.__getitem__)
+            waiter = self._room.next_to_serve(self._has_room)
             if waiter is None:
                 self._unclaim()
                 return
