@@ -1,4 +1,4 @@
-"""The waiting room's order: priority, then the client holding fewest slots, ties in turn, as a plain scan finds."""
+"""The waiting room's order (priority, then fewest slots held, ties in turn) and whom it sheds, as a scan finds."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MODELS = "xyz"
 
 
 class ScanRoom:
-    """The rule by a scan of every waiting client, as the room did it before it kept a heap: the reference."""
+    """The rules by a scan of every waiting client, as the room did them before it kept heaps: the reference."""
 
     def __init__(self) -> None:
         self.lines: dict[str, OrderedDict[str, list[Waiter]]] = {name: OrderedDict() for name in PRIORITIES}
@@ -46,21 +46,35 @@ class ScanRoom:
                 return waiter
         return None
 
+    def victim_for(self, priority: str, client: str) -> Waiter | None:
+        for victim_priority in reversed(PRIORITIES):
+            lines = self.lines[victim_priority]
+            if not lines:
+                if victim_priority == priority:
+                    return None
+                continue
+            heaviest, line = max(lines.items(), key=lambda item: len(item[1]))  # the first longest in turn
+            if victim_priority != priority:
+                return line[-1]
+            own = len(lines.get(client, ()))
+            return line[-1] if heaviest != client and len(line) > own + 1 else None
+        return None
+
 
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), clients=st.integers(1, 6), models=st.integers(1, 3))
-def test_the_next_waiter_is_the_one_a_scan_of_every_client_picks(seed: int, clients: int, models: int) -> None:
+def test_the_next_waiter_and_the_one_shed_are_those_a_scan_picks(seed: int, clients: int, models: int) -> None:
     asyncio.run(drive(random.Random(seed), CLIENTS[:clients], MODELS[:models]))  # a ticket needs a running loop
 
 
 async def drive(rng: random.Random, clients: str, models: str) -> None:
-    """Run one random sequence on the room and the reference, checking each waiter served is the same one."""
+    """Run one random sequence on the room and the reference, checking each waiter served or shed is the same."""
     held: Counter[str] = Counter()
     room = WaitingRoom(held.__getitem__)
     reference = ScanRoom()
     queued: list[Waiter] = []
     for _ in range(600):
-        step = rng.choices(["push", "remove", "take", "release", "serve"], weights=[4, 1, 3, 3, 3])[0]
+        step = rng.choices(["push", "remove", "take", "release", "serve", "shed"], weights=[4, 1, 3, 3, 3, 2])[0]
         client = rng.choice(clients)
         if step == "push":
             waiter = Waiter(rng.choice(models), rng.choice(PRIORITIES), client, Ticket())
@@ -80,6 +94,14 @@ async def drive(rng: random.Random, clients: str, models: str) -> None:
             expected = reference.next_to_serve(runnable, held)
             assert room.next_to_serve(runnable.__contains__) is expected
             if expected is not None:
+                queued.remove(expected)
+        elif step == "shed":  # as a newcomer to a full room: the victim, if any, leaves
+            priority = rng.choice(PRIORITIES)
+            expected = reference.victim_for(priority, client)
+            assert room.victim_for(priority, client) is expected
+            if expected is not None:
+                assert room.remove(expected)
+                reference.remove(expected)
                 queued.remove(expected)
         assert len(room) == len(queued)
     while queued:  # drain: the whole remaining order agrees too

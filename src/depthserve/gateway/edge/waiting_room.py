@@ -44,11 +44,13 @@ class WaitingRoom:
         self._per_client: dict[str, int] = {}
         self._per_model: dict[str, int] = {}  # so a hand-over asks each waiting model once, not each waiter
         self._holding = holding  # client -> slots it holds now; its owner calls holding_changed on each change
-        # Per priority, the turn order as stamps (client -> its stamp, rising as it moves to the back) and a heap
-        # of (slots held, stamp, client), so the next client is found without a scan. An entry whose stamp or
-        # held count is no longer the client's is stale, dropped when it reaches the top.
+        # Per priority, the turn order as stamps (client -> its stamp, rising as it moves to the back) and two
+        # heaps, so neither the next client nor the longest line is found by a scan: (slots held, stamp, client)
+        # and (-line length, stamp, client). An entry whose stamp, held count or length is no longer the
+        # client's is stale, dropped when it reaches the top.
         self._turns: dict[str, dict[str, int]] = {name: {} for name in PRIORITIES}
         self._order: dict[str, list[tuple[int, int, str]]] = {name: [] for name in PRIORITIES}
+        self._longest: dict[str, list[tuple[int, int, str]]] = {name: [] for name in PRIORITIES}
         self._stamps = count()
 
     def __len__(self) -> int:
@@ -78,6 +80,7 @@ class WaitingRoom:
             line = lines[waiter.client] = deque()
             self._new_turn(waiter.priority, waiter.client)
         line.append(waiter)
+        self._measure(waiter.priority, waiter.client)
         self._size += 1
         self._per_client[waiter.client] = self._per_client.get(waiter.client, 0) + 1
         self._per_model[waiter.model] = self._per_model.get(waiter.model, 0) + 1
@@ -144,7 +147,7 @@ class WaitingRoom:
                 if victim_priority == priority:
                     return None
                 continue
-            heaviest, line = max(lines.items(), key=lambda item: len(item[1]))
+            heaviest, line = self._longest_line(victim_priority)
             if victim_priority != priority:
                 return line[-1]
             own = len(lines.get(client, ()))
@@ -162,20 +165,45 @@ class WaitingRoom:
         order = self._order[priority]
         heapq.heappush(order, entry)
         turns = self._turns[priority]
-        if len(order) > 2 * len(turns) + 64:  # amortised O(1): a rebuild follows at least len(turns) pushes
+        if _bloated(order, turns):
             order[:] = [(self._holding(client), turn, client) for client, turn in turns.items()]
             heapq.heapify(order)
 
+    def _measure(self, priority: str, client: str) -> None:
+        """File the client's line length under its turn, after either changed; rebuild as `_enter` does."""
+        longest, turns, lines = self._longest[priority], self._turns[priority], self._lines[priority]
+        heapq.heappush(longest, (-len(lines[client]), turns[client], client))
+        if _bloated(longest, turns):
+            longest[:] = [(-len(lines[client]), turn, client) for client, turn in turns.items()]
+            heapq.heapify(longest)
+
+    def _longest_line(self, priority: str) -> tuple[str, deque[Waiter]]:
+        """The longest line at a priority that has one, first in turn among equals (as `max` over the lines)."""
+        longest, turns, lines = self._longest[priority], self._turns[priority], self._lines[priority]
+        while True:
+            length, turn, client = longest[0]
+            if turns.get(client) == turn and len(lines[client]) == -length:
+                return client, lines[client]
+            heapq.heappop(longest)  # stale: the line has since grown, shrunk or moved on
+
     def _dropped(self, waiter: Waiter, line: deque[Waiter]) -> None:
-        if not line:
+        if line:
+            self._measure(waiter.priority, waiter.client)
+        else:
             del self._lines[waiter.priority][waiter.client]
             turns = self._turns[waiter.priority]
             del turns[waiter.client]
-            if not turns:
-                self._order[waiter.priority].clear()  # every entry left is stale
+            if not turns:  # every entry left is stale
+                self._order[waiter.priority].clear()
+                self._longest[waiter.priority].clear()
         self._size -= 1
         _count_down(self._per_client, waiter.client)
         _count_down(self._per_model, waiter.model)
+
+
+def _bloated(heap: list[tuple[int, int, str]], turns: dict[str, int]) -> bool:
+    """Whether stale entries outnumber live ones: a rebuild then costs O(1) a push, amortised."""
+    return len(heap) > 2 * len(turns) + 16
 
 
 def _count_down(counts: dict[str, int], key: str) -> None:
