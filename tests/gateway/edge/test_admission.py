@@ -480,3 +480,42 @@ async def test_no_express_slot_in_a_crowd_of_equals() -> None:
         holder.release.set()
     await asyncio.gather(*tasks)
     assert order[-1] == "late" and controller.in_flight == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), clients=st.integers(1, 5))
+def test_whether_a_client_is_under_its_share_beside_a_heavy_one_is_what_a_scan_of_every_holder_says(
+    seed: int, clients: int
+) -> None:
+    rng = random.Random(seed)
+    clock = FakeClock()
+    controller = AdmissionController(max_in_flight=1000, max_queue=0, clock=clock, capacity=lambda model: int(model))
+    names = "abcde"[:clients]
+    models = [str(capacity) for capacity in range(-1, 12)]  # a model's name is its workers' capacity
+    held: list[str] = []  # one entry per slot taken, by client
+
+    def by_scan(model: str, client: str) -> bool:
+        """The rule as written before the counts per held value: a scan of every client holding a slot."""
+        capacity = int(model)
+        mine = controller._client_in_flight.get(client, 0)
+        sharing = max(len(controller._client_in_flight) + (0 if mine else 1), len(controller._last_served))
+        if mine >= max(1, capacity // sharing):
+            return False
+        return any(n * 2 >= capacity for other, n in controller._client_in_flight.items() if other != client)
+
+    for _ in range(300):
+        if held and rng.random() < 0.45:
+            controller._release("m", held.pop(rng.randrange(len(held))))
+        else:
+            client = rng.choice(names)
+            controller._take("m", client)
+            held.append(client)
+        clock.advance(rng.choice([0.0, 0.3, 0.7]))  # clients served lately come and go from the sharing count
+        for model in models:
+            controller._model_cap(model)  # read the capacity, as _has_room does before _under_share
+            for client in names + "z":  # and one that holds nothing
+                assert controller._under_share(model, client) == by_scan(model, client)
+        for client in names:  # the count behind it, also where the share check above answers first
+            for bar in range(-1, 8):
+                others = [n for other, n in controller._client_in_flight.items() if other != client]
+                assert controller._another_holds(client, bar) == any(n >= bar for n in others)

@@ -68,10 +68,14 @@ class AdmissionController:
         self._clock = clock
         self._capacity = capacity  # model -> requests its workers can hold now (None: unknown, no cap)
         self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
-        self._room = WaitingRoom()
         self._model_in_flight: Counter[str] = Counter()
         self._express_in_flight: Counter[str] = Counter()  # the part of _model_in_flight past the workers' capacity
         self._client_in_flight: Counter[str] = Counter()
+        # How many clients hold each count of slots, and the highest count held: "does another client hold
+        # half or more" is then answered without a scan of every client holding a slot.
+        self._holders_at: Counter[int] = Counter()
+        self._most_held = 0
+        self._room = WaitingRoom(self._client_in_flight.__getitem__)
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
         self._unserved_holders = 0  # clients holding a slot that are not in _last_served: the active count's rest
@@ -276,7 +280,16 @@ class AdmissionController:
             return False
         # Only beside a heavy client (half the capacity or more): in a busy crowd of equals, jumping the
         # workers' queues would only reorder them, and express slots would lengthen them.
-        return any(count * 2 >= capacity for other, count in self._client_in_flight.items() if other != client)
+        return self._another_holds(client, (capacity + 1) // 2)
+
+    def _another_holds(self, client: str, at_least: int) -> bool:
+        """Whether a client other than `client` holds `at_least` slots, from the counts per held value (no scan)."""
+        if self._most_held < at_least:
+            return False
+        if self._client_in_flight[client] != self._most_held or self._holders_at[self._most_held] > 1:
+            return True
+        # `client` alone holds the most: is anyone else at or above the bar below it? (rare: its share is spent)
+        return any(self._holders_at[held] for held in range(max(1, at_least), self._most_held))
 
     def _has_room(self, model: str) -> bool:
         cap = self._model_cap(model)
@@ -286,9 +299,26 @@ class AdmissionController:
     def _take(self, model: str, client: str) -> None:
         self.in_flight += 1
         self._model_in_flight[model] += 1
-        if not self._client_in_flight[client] and client not in self._last_served:
+        held = self._client_in_flight[client]
+        if not held and client not in self._last_served:
             self._unserved_holders += 1
-        self._client_in_flight[client] += 1
+        self._client_in_flight[client] = held + 1
+        self._held_changed(client, held, held + 1)
+
+    def _held_changed(self, client: str, before: int, after: int) -> None:
+        """Keep the counts per held value, the highest count and the waiting room's order in step with a
+        client's slots going from `before` to `after` (one up or down)."""
+        if before:
+            self._holders_at[before] -= 1
+            if not self._holders_at[before]:
+                del self._holders_at[before]
+        if after:
+            self._holders_at[after] += 1
+        if after > self._most_held:
+            self._most_held = after
+        elif before == self._most_held and before not in self._holders_at:
+            self._most_held = after  # one down from the top, and nobody else was there: `client` holds the most
+        self._room.holding_changed(client)
 
     def _claim(self) -> bool:
         """Take a slot from whatever the gateway's processes share (nothing to share in one process)."""
@@ -317,9 +347,11 @@ class AdmissionController:
         if client not in self._last_served:
             self._unserved_holders -= 1  # it holds this slot, so it was counted there until now
         self._last_served[client] = now
-        self._client_in_flight[client] -= 1
-        if not self._client_in_flight[client]:
+        held = self._client_in_flight[client]
+        self._client_in_flight[client] = held - 1
+        if held == 1:
             del self._client_in_flight[client]
+        self._held_changed(client, held, held - 1)
         self._prune(now)  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
         self._dispatch()
 
@@ -328,7 +360,7 @@ class AdmissionController:
         while self.in_flight < self.max_in_flight and len(self._room):
             if not self._claim():  # the gateway's other processes hold every slot: wait for one to free
                 return
-            waiter = self._room.next_to_serve(self._has_room, self._client_in_flight.__getitem__)
+            waiter = self._room.next_to_serve(self._has_room)
             if waiter is None:
                 self._unclaim()
                 return

@@ -28,8 +28,8 @@ POLL_S = 0.005  # how soon a waiter sees a slot another process freed
 class _PublishedRoom(WaitingRoom):
     """A waiting room that reports its length whenever a waiter joins or leaves."""
 
-    def __init__(self, changed: Callable[[int], None]) -> None:
-        super().__init__()
+    def __init__(self, changed: Callable[[int], None], holding: Callable[[str], int]) -> None:
+        super().__init__(holding)
         self._changed = changed
 
     def push(self, waiter: Waiter) -> None:
@@ -76,7 +76,7 @@ class SharedAdmission(AdmissionController):
         self._index = index
         self._processes = processes
         self._poll: asyncio.TimerHandle | None = None
-        self._room = _PublishedRoom(self._changed)
+        self._room = _PublishedRoom(self._changed, self._client_in_flight.__getitem__)
 
     def _claim(self) -> bool:
         return self._shared.try_take(self.max_in_flight)

@@ -11,9 +11,11 @@ the door instead.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import count
 
 from depthserve.handoff import Ticket
 
@@ -35,12 +37,21 @@ class Waiter:
 class WaitingRoom:
     """Waiters by priority, then by client; one line (FIFO) per client and priority."""
 
-    def __init__(self) -> None:
+    def __init__(self, holding: Callable[[str], int] = lambda client: 0) -> None:
         # OrderedDict order is the turn order: a client served moves to the back.
         self._lines: dict[str, OrderedDict[str, deque[Waiter]]] = {name: OrderedDict() for name in PRIORITIES}
         self._size = 0
         self._per_client: dict[str, int] = {}
         self._per_model: dict[str, int] = {}  # so a hand-over asks each waiting model once, not each waiter
+        self._holding = holding  # client -> slots it holds now; its owner calls holding_changed on each change
+        # Per priority, the turn order as stamps (client -> its stamp, rising as it moves to the back) and two
+        # heaps, so neither the next client nor the longest line is found by a scan: (slots held, stamp, client)
+        # and (-line length, stamp, client). An entry whose stamp, held count or length is no longer the
+        # client's is stale, dropped when it reaches the top.
+        self._turns: dict[str, dict[str, int]] = {name: {} for name in PRIORITIES}
+        self._order: dict[str, list[tuple[int, int, str]]] = {name: [] for name in PRIORITIES}
+        self._longest: dict[str, list[tuple[int, int, str]]] = {name: [] for name in PRIORITIES}
+        self._stamps = count()
 
     def __len__(self) -> int:
         return self._size
@@ -67,7 +78,9 @@ class WaitingRoom:
         line = lines.get(waiter.client)
         if line is None:
             line = lines[waiter.client] = deque()
+            self._new_turn(waiter.priority, waiter.client)
         line.append(waiter)
+        self._measure(waiter.priority, waiter.client)
         self._size += 1
         self._per_client[waiter.client] = self._per_client.get(waiter.client, 0) + 1
         self._per_model[waiter.model] = self._per_model.get(waiter.model, 0) + 1
@@ -81,32 +94,45 @@ class WaitingRoom:
         self._dropped(waiter, line)
         return True
 
-    def next_to_serve(self, can_run: Callable[[str], bool], holding: Callable[[str], int]) -> Waiter | None:
-        """Take the next waiter whose model can run: highest priority first, then the client `holding` the
+    def holding_changed(self, client: str) -> None:
+        """Note that `client` now holds a different number of slots, so its place among the waiting moves."""
+        if client not in self._per_client:
+            return
+        held = self._holding(client)
+        for priority, turns in self._turns.items():
+            turn = turns.get(client)
+            if turn is not None:
+                self._enter(priority, (held, turn, client))
+
+    def next_to_serve(self, can_run: Callable[[str], bool]) -> Waiter | None:
+        """Take the next waiter whose model can run: highest priority first, then the client holding the
         fewest slots, ties in turn."""
         runnable = {model for model in self._per_model if can_run(model)}
         if not runnable:
             return None  # the common case under overload: every waiting model is at its cap
-        for lines in self._lines.values():
-            best: tuple[int, str, Waiter] | None = None
-            for client, line in lines.items():
-                held = holding(client)
-                if best is not None and held >= best[0]:
-                    continue
-                waiter = next((w for w in line if w.model in runnable), None)
-                if waiter is not None:
-                    best = (held, client, waiter)
-                    if not held:
-                        break  # none holds fewer, and among equals the first in turn goes: no need to look on
-            if best is None:
+        for priority, lines in self._lines.items():
+            order, turns = self._order[priority], self._turns[priority]
+            passed: list[tuple[int, int, str]] = []  # clients with nothing runnable, in their places again after
+            chosen: Waiter | None = None
+            while order and chosen is None:
+                held, turn, client = entry = heapq.heappop(order)
+                if turns.get(client) != turn or self._holding(client) != held:
+                    continue  # stale: the client has since moved on, or holds another count
+                passed.append(entry)
+                chosen = next((w for w in lines[client] if w.model in runnable), None)
+            if chosen is None:
+                for entry in passed:
+                    heapq.heappush(order, entry)
                 continue
-            _, client, waiter = best
-            line = lines[client]
-            line.remove(waiter)
+            for entry in passed[:-1]:
+                heapq.heappush(order, entry)
+            line = lines[chosen.client]
+            line.remove(chosen)
             if line:
-                lines.move_to_end(client)  # its turn is used: among equals the other clients go first
-            self._dropped(waiter, line)
-            return waiter
+                lines.move_to_end(chosen.client)  # its turn is used: among equals the other clients go first
+                self._new_turn(priority, chosen.client)
+            self._dropped(chosen, line)
+            return chosen
         return None
 
     def victim_for(self, priority: str, client: str) -> Waiter | None:
@@ -121,19 +147,63 @@ class WaitingRoom:
                 if victim_priority == priority:
                     return None
                 continue
-            heaviest, line = max(lines.items(), key=lambda item: len(item[1]))
+            heaviest, line = self._longest_line(victim_priority)
             if victim_priority != priority:
                 return line[-1]
             own = len(lines.get(client, ()))
             return line[-1] if heaviest != client and len(line) > own + 1 else None
         return None
 
+    def _new_turn(self, priority: str, client: str) -> None:
+        """Stamp the client's place at the back of the turn order and file it under its held count."""
+        turn = next(self._stamps)
+        self._turns[priority][client] = turn
+        self._enter(priority, (self._holding(client), turn, client))
+
+    def _enter(self, priority: str, entry: tuple[int, int, str]) -> None:
+        """File a heap entry; rebuild the heap from live clients when stale entries outnumber them."""
+        order = self._order[priority]
+        heapq.heappush(order, entry)
+        turns = self._turns[priority]
+        if _bloated(order, turns):
+            order[:] = [(self._holding(client), turn, client) for client, turn in turns.items()]
+            heapq.heapify(order)
+
+    def _measure(self, priority: str, client: str) -> None:
+        """File the client's line length under its turn, after either changed; rebuild as `_enter` does."""
+        longest, turns, lines = self._longest[priority], self._turns[priority], self._lines[priority]
+        heapq.heappush(longest, (-len(lines[client]), turns[client], client))
+        if _bloated(longest, turns):
+            longest[:] = [(-len(lines[client]), turn, client) for client, turn in turns.items()]
+            heapq.heapify(longest)
+
+    def _longest_line(self, priority: str) -> tuple[str, deque[Waiter]]:
+        """The longest line at a priority that has one, first in turn among equals (as `max` over the lines)."""
+        longest, turns, lines = self._longest[priority], self._turns[priority], self._lines[priority]
+        while True:
+            length, turn, client = longest[0]
+            if turns.get(client) == turn and len(lines[client]) == -length:
+                return client, lines[client]
+            heapq.heappop(longest)  # stale: the line has since grown, shrunk or moved on
+
     def _dropped(self, waiter: Waiter, line: deque[Waiter]) -> None:
-        if not line:
+        if line:
+            self._measure(waiter.priority, waiter.client)
+        else:
             del self._lines[waiter.priority][waiter.client]
+            turns = self._turns[waiter.priority]
+            del turns[waiter.client]
+            if not turns:  # every entry left is stale
+                self._order[waiter.priority].clear()
+                self._longest[waiter.priority].clear()
         self._size -= 1
         _count_down(self._per_client, waiter.client)
         _count_down(self._per_model, waiter.model)
+
+
+def _bloated(heap: list[tuple[int, int, str]], turns: dict[str, int]) -> bool:
+    """Whether stale entries outnumber live ones: a rebuild then costs O(1) a push, amortised."""
+    return len(heap) > 2 * len(turns) + 16
 
 
 def _count_down(counts: dict[str, int], key: str) -> None:
