@@ -402,20 +402,23 @@ async def test_a_light_client_takes_an_express_slot_past_the_workers_capacity() 
     tasks = [holder.start() for holder in heavy]
     await until(lambda: controller.model_in_flight("m") == 4 and controller.queued["normal"] == 1)
     light = [Holder(controller, order, f"l{i}", client="light") for i in range(3)]
-    for holder in light[:2]:  # under its equal share (4 // 2 clients): past the cap, ahead of the heavy waiter
+    for holder in light[:2]:  # holding under half of the heavy client's 4: past the cap, ahead of the heavy waiter
         tasks.append(holder.start())
         await holder.entered.wait()
     assert controller.express == 2 and controller.model_in_flight("m") == 6
-    tasks.append(light[2].start())  # at its share now: it waits like anyone
+    tasks.append(light[2].start())  # holding half the heaviest's count now: it waits like anyone
     await until(lambda: controller.queued["normal"] == 2)
     video = Holder(controller, order, "v", client="video")
     tasks.append(video.start("low"))  # low priority never goes express
     await until(lambda: controller.queued["low"] == 1)
-    other = Holder(controller, order, "o", client="other")
-    tasks.append(other.start())  # under its share, but half the capacity (2) is all express may add
+    others = [Holder(controller, order, f"o{i}", client=f"other{i}") for i in range(3)]
+    for holder in others[:2]:
+        tasks.append(holder.start())
+        await holder.entered.wait()
+    tasks.append(others[2].start())  # light too, but the workers' capacity (4) is all express may add
     await until(lambda: controller.queued["normal"] == 3)
-    assert controller.express == 2 and order == ["h0", "h1", "h2", "h3", "l0", "l1"]
-    for holder in heavy + light + [video, other]:
+    assert controller.express == 4 and order == ["h0", "h1", "h2", "h3", "l0", "l1", "o0", "o1"]
+    for holder in heavy + light + others + [video]:
         holder.release.set()
     await asyncio.gather(*tasks)
     assert controller.in_flight == 0 and controller.model_in_flight("m") == 0
@@ -459,7 +462,7 @@ async def test_a_light_clients_queued_request_is_marked_for_the_front_when_it_ge
     assert fronts == {"h0": False, "h1": False, "h2": False, "h3": False, "l": True}
     release["h1"].set()
     await until(lambda: "h4" in fronts)
-    assert fronts["h4"] is False  # the heavy client still holds its share (4 // 2): its request keeps its place
+    assert fronts["h4"] is False  # the heavy client is not light beside a client holding 1: its request keeps its place
     for event in release.values():
         event.set()
     await asyncio.gather(*tasks)
@@ -484,7 +487,7 @@ async def test_no_express_slot_in_a_crowd_of_equals() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), clients=st.integers(1, 5))
-def test_whether_a_client_is_under_its_share_beside_a_heavy_one_is_what_a_scan_of_every_holder_says(
+def test_whether_a_client_is_light_beside_a_heavy_one_is_what_a_scan_of_every_holder_says(
     seed: int, clients: int
 ) -> None:
     rng = random.Random(seed)
@@ -495,13 +498,9 @@ def test_whether_a_client_is_under_its_share_beside_a_heavy_one_is_what_a_scan_o
     held: list[str] = []  # one entry per slot taken, by client
 
     def by_scan(model: str, client: str) -> bool:
-        """The rule as written before the counts per held value: a scan of every client holding a slot."""
-        capacity = int(model)
-        mine = controller._client_in_flight.get(client, 0)
-        sharing = max(len(controller._client_in_flight) + (0 if mine else 1), len(controller._last_served))
-        if mine >= max(1, capacity // sharing):
-            return False
-        return any(n * 2 >= capacity for other, n in controller._client_in_flight.items() if other != client)
+        """The rule written as a scan of every client holding a slot."""
+        heaviest = max((n for other, n in controller._client_in_flight.items() if other != client), default=0)
+        return heaviest * 2 >= int(model) and controller._client_in_flight.get(client, 0) * 2 < heaviest
 
     for _ in range(300):
         if held and rng.random() < 0.45:
@@ -510,12 +509,74 @@ def test_whether_a_client_is_under_its_share_beside_a_heavy_one_is_what_a_scan_o
             client = rng.choice(names)
             controller._take("m", client)
             held.append(client)
-        clock.advance(rng.choice([0.0, 0.3, 0.7]))  # clients served lately come and go from the sharing count
         for model in models:
             controller._model_cap(model)  # read the capacity, as _has_room does before _under_share
             for client in names + "z":  # and one that holds nothing
                 assert controller._under_share(model, client) == by_scan(model, client)
-        for client in names:  # the count behind it, also where the share check above answers first
-            for bar in range(-1, 8):
-                others = [n for other, n in controller._client_in_flight.items() if other != client]
-                assert controller._another_holds(client, bar) == any(n >= bar for n in others)
+        for client in names:  # the count behind it
+            others = [n for other, n in controller._client_in_flight.items() if other != client]
+            assert controller._most_held_by_other(client) == max(others, default=0)
+
+
+async def test_a_light_client_holding_less_than_half_the_heaviest_goes_express_again() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 4)
+    order: list[str] = []
+    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(5)]
+    tasks = [holder.start() for holder in heavy]
+    await until(lambda: controller.model_in_flight("m") == 4 and controller.queued["normal"] == 1)
+    light = [Holder(controller, order, name, client=name[0]) for name in ("a1", "b1", "a2", "a3")]
+    for holder in light[:3]:  # a holds 0, b 0, then a 1: each under half of the heavy client's 4, past the cap
+        tasks.append(holder.start())
+        await holder.entered.wait()
+    assert controller.express == 3
+    tasks.append(light[3].start())  # a holds 2 now, half the heaviest's count: it waits its turn
+    await until(lambda: controller.queued["normal"] == 2)
+    assert controller.express == 3 and order == ["h0", "h1", "h2", "h3", "a1", "b1", "a2"]
+    for holder in heavy + light:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller._express_in_flight == {}
+
+
+async def test_a_light_request_queued_while_express_slots_are_full_takes_the_next_one_that_frees() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 2)
+    fronts: dict[str, bool] = {}
+    release = {name: asyncio.Event() for name in ("h0", "h1", "h2", "a", "b", "c")}
+
+    async def request(name: str, client: str) -> None:
+        async with controller.admit("m", later(), client=client) as front:
+            fronts[name] = front
+            await release[name].wait()
+
+    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(3)]
+    await until(lambda: len(fronts) == 2 and controller.queued["normal"] == 1)
+    for name in ("a", "b"):  # the express slots: as many as the workers' capacity (2)
+        tasks.append(asyncio.create_task(request(name, name)))
+        await until(lambda name=name: name in fronts)
+    tasks.append(asyncio.create_task(request("c", "c")))
+    await until(lambda: controller.queued["normal"] == 2)  # no express slot left: c waits, ahead of h2
+    release["a"].set()  # an express slot frees while the heavy client still holds the workers' capacity
+    await until(lambda: "c" in fronts)
+    assert fronts["c"] is True and "h2" not in fronts and controller.express == 3
+    for event in release.values():
+        event.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller._express_in_flight == {}
+
+
+async def test_express_slots_leave_the_workers_capacity_to_the_heavy_clients_queue() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 2)
+    order: list[str] = []
+    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(3)]
+    tasks = [holder.start() for holder in heavy]
+    await until(lambda: controller.model_in_flight("m") == 2 and controller.queued["normal"] == 1)
+    light = Holder(controller, order, "l", client="light")
+    tasks.append(light.start())
+    await light.entered.wait()
+    heavy[0].release.set()  # a worker slot frees: the heavy client's next request takes it, the express one aside
+    await heavy[2].entered.wait()
+    assert order == ["h0", "h1", "l", "h2"] and controller.model_in_flight("m") == 3
+    for holder in [*heavy, light]:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0

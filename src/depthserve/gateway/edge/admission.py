@@ -9,13 +9,15 @@ wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline
 door, in milliseconds, rather than queued to time out later.
 
 A worker runs its requests in turn, so a light client's request that waits here for a slot then
-waits again at the worker behind the heavy client's queued batch. Instead, a client holding less
-than an equal share of the workers' capacity, while another client holds half of it or more, takes
-an express slot past the cap (at most half the capacity in all, never past a configured limit), and
-its requests that had to queue here are
-marked too when they get a slot: the forwarder sends them for the front of the worker's queue, so
-they wait only for the batch the worker is running. A request that finds room at once is not
-marked (nothing is queued at the workers to pass).
+waits again at the worker behind the heavy client's queued batch. Instead, while a heavy client holds
+half the workers' capacity or more, a light one (holding less than half of what the heaviest other
+client holds) takes an express slot past the cap: the forwarder sends it for the front of the
+worker's queue, so it waits only for the batch the worker is running. Express slots are counted
+apart from the cap (at most the capacity again, never past a configured limit), so the heavy client
+keeps the workers busy and stays heavy while light clients pass it. A light client's request that
+had to queue here (every express slot taken) takes the next express slot that frees, or is marked
+for the front when it gets a regular slot first. A request that finds room at once is not marked
+(nothing is queued at the workers to pass).
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class AdmissionController:
         )
         if not granted:
             raise self._reject("deadline", f"deadline passed while queued for model {model!r}")
-        return False, waiter.front
+        return waiter.express, waiter.front
 
     def check_door(self, model: str, deadline: float, client: str) -> None:
         """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
@@ -250,51 +252,50 @@ class AdmissionController:
         return capacity if limit is None else min(limit, capacity)
 
     def _express_room(self, model: str, client: str) -> bool:
-        """Whether `client` may pass a model at its workers' capacity: it holds less than an equal share of
-        that capacity, has no request of its own waiting (it never overtakes itself), and the express slots
-        (at most half the capacity) and any configured limit leave room."""
+        """Whether a newcomer of `client` may pass a model at its workers' capacity: the client is light
+        (`_under_share`) and has no request of its own waiting (it never overtakes itself)."""
         if self._capacity is None or self.in_flight >= self.max_in_flight or self._room.waiting(client):
             return False
+        return self._express_open(model) and self._under_share(model, client)
+
+    def _express_open(self, model: str) -> bool:
+        """Whether the model's express slots (as many as its workers' capacity) and any configured limit leave room."""
         capacity = self._capacities.get(model, (0.0, None))[1]  # read by _has_room an instant ago
         limit = self.model_limits.get(model)
         if capacity is None or (limit is not None and self._model_in_flight[model] >= limit):
             return False
-        if self._express_in_flight[model] >= max(1, capacity // 2):
-            return False
-        return self._under_share(model, client)
+        return self._express_in_flight[model] < max(1, capacity)
 
     def _under_share(self, model: str, client: str) -> bool:
-        """Whether `client` holds less than an equal share of the model's workers' capacity while another client
-        holds half of it or more (unknown capacity: no).
+        """Whether `client` is light beside a heavy one: another client holds half the model's workers' capacity
+        or more, and `client` holds less than half of what that client holds (unknown capacity: no).
 
-        The capacity is shared among the clients holding slots (and this one) or, if more, those served
-        within the last ACTIVE_S: a heavy client whose requests all just finished does not count as alone.
+        Only beside a heavy client: in a busy crowd of equals, jumping the workers' queues would only reorder
+        them, and express slots would lengthen them.
         """
         capacity = self._capacities.get(model, (0.0, None))[1]
         if capacity is None:
             return False
-        self._prune()
-        held = self._client_in_flight.get(client, 0)
-        sharing = max(len(self._client_in_flight) + (0 if held else 1), len(self._last_served))
-        if held >= max(1, capacity // sharing):
-            return False
-        # Only beside a heavy client (half the capacity or more): in a busy crowd of equals, jumping the
-        # workers' queues would only reorder them, and express slots would lengthen them.
-        return self._another_holds(client, (capacity + 1) // 2)
+        heaviest = self._most_held_by_other(client)
+        return heaviest * 2 >= capacity and self._client_in_flight.get(client, 0) * 2 < heaviest
 
-    def _another_holds(self, client: str, at_least: int) -> bool:
-        """Whether a client other than `client` holds `at_least` slots, from the counts per held value (no scan)."""
-        if self._most_held < at_least:
-            return False
-        if self._client_in_flight[client] != self._most_held or self._holders_at[self._most_held] > 1:
-            return True
-        # `client` alone holds the most: is anyone else at or above the bar below it? (rare: its share is spent)
-        return any(self._holders_at[held] for held in range(max(1, at_least), self._most_held))
+    def _most_held_by_other(self, client: str) -> int:
+        """The most slots any client but `client` holds, from the counts per held value (no scan of clients)."""
+        top = self._most_held
+        if self._client_in_flight.get(client, 0) != top or self._holders_at[top] > 1:
+            return top
+        # `client` alone holds the most: the next count anyone holds (rare: a heavy client asking if it is light)
+        return next((held for held in range(top - 1, 0, -1) if self._holders_at[held]), 0)
 
     def _has_room(self, model: str) -> bool:
+        """Whether a regular slot is free: express slots are not counted against the workers' capacity, but
+        every slot is against a configured limit."""
         cap = self._model_cap(model)
-        model_ok = cap is None or self._model_in_flight[model] < cap
-        return model_ok and self.in_flight < self.max_in_flight
+        in_flight = self._model_in_flight[model]
+        if cap is not None and in_flight - self._express_in_flight.get(model, 0) >= cap:
+            return False
+        limit = self.model_limits.get(model)
+        return (limit is None or in_flight < limit) and self.in_flight < self.max_in_flight
 
     def _take(self, model: str, client: str) -> None:
         self.in_flight += 1
@@ -361,12 +362,22 @@ class AdmissionController:
             if not self._claim():  # the gateway's other processes hold every slot: wait for one to free
                 return
             waiter = self._room.next_to_serve(self._has_room)
-            if waiter is None:
-                self._unclaim()
-                return
-            waiter.front = waiter.priority != "low" and self._under_share(waiter.model, waiter.client)
+            if waiter is not None:
+                waiter.front = waiter.priority != "low" and self._under_share(waiter.model, waiter.client)
+            else:  # no regular slot: a light client's waiter (the first in line, if any is) may take an express one
+                waiter = self._room.next_to_serve(self._express_open, self._light)
+                if waiter is None:
+                    self._unclaim()
+                    return
+                waiter.express = waiter.front = True
+                self._express_in_flight[waiter.model] += 1
+                self.express += 1
             self._take(waiter.model, waiter.client)
             waiter.ticket.grant()
+
+    def _light(self, waiter: Waiter) -> bool:
+        """Whether a waiter may take an express slot: not low priority, and its client light."""
+        return waiter.priority != "low" and self._under_share(waiter.model, waiter.client)
 
     def _reject(self, reason: str, message: str, retry_after: float | None = None) -> GatewayError:
         self.rejected[reason] += 1

@@ -32,6 +32,7 @@ class Waiter:
     client: str
     ticket: Ticket
     front: bool = False  # set when granted: its client was under its share, so the worker runs it first
+    express: bool = False  # set when granted an express slot, past the workers' capacity
 
 
 class WaitingRoom:
@@ -104,9 +105,11 @@ class WaitingRoom:
             if turn is not None:
                 self._enter(priority, (held, turn, client))
 
-    def next_to_serve(self, can_run: Callable[[str], bool]) -> Waiter | None:
+    def next_to_serve(
+        self, can_run: Callable[[str], bool], accept: Callable[[Waiter], bool] | None = None
+    ) -> Waiter | None:
         """Take the next waiter whose model can run: highest priority first, then the client holding the
-        fewest slots, ties in turn."""
+        fewest slots, ties in turn; with `accept`, only if it accepts that waiter (else nobody is taken)."""
         runnable = {model for model in self._per_model if can_run(model)}
         if not runnable:
             return None  # the common case under overload: every waiting model is at its cap
@@ -120,10 +123,12 @@ class WaitingRoom:
                     continue  # stale: the client has since moved on, or holds another count
                 passed.append(entry)
                 chosen = next((w for w in lines[client] if w.model in runnable), None)
-            if chosen is None:
+            if chosen is None or (accept is not None and not accept(chosen)):
                 for entry in passed:
                     heapq.heappush(order, entry)
-                continue
+                if chosen is None:
+                    continue
+                return None
             for entry in passed[:-1]:
                 heapq.heappush(order, entry)
             line = lines[chosen.client]
