@@ -1,11 +1,14 @@
 """A balancer that learns each backend's speed online from the completions it sees (issue 17).
 
 For every backend it fits, by time-decayed least squares, latency = a + b x backlog, the backlog being
-the requests ahead when the request was sent (recorded at the pick): `a` is what a request costs there
-on its own, `b` what each request queued ahead adds (less than `a` where the worker batches, more where
-service times are heavy-tailed). The decay (`half_life_s`) lets a backend that slows down (thermal
-throttling, a noisy neighbour) be noticed within a few replies; replies slower than expected count four
-times faster than quicker ones. A pick samples `choice_count` backends (O(k) whatever the pool's size)
+the requests ahead when the request was sent (recorded at the pick) counted in batches of the slots the
+worker reports (max_batch): `a` is what a request costs there on its own, `b` what each batch queued ahead
+adds (about `a`; more where service times are heavy-tailed). Counted per request, a batching worker's
+slope was not identified by the little spread of backlogs seen and the ridge pulled it up to `a`, so a
+batch of four queued was costed four batches (failures scenario: p99 1.32x least_latency's).
+The decay (`half_life_s`) lets a backend that slows down (thermal throttling, a noisy neighbour) be
+noticed within a few replies; replies slower than expected count four times faster than quicker ones.
+A pick samples `choice_count` backends (O(k) whatever the pool's size)
 and sends to the cheapest, costed b x backlog + theta x a (the work queued ahead plus a share theta of
 its own service time), ties to the faster. theta = 1 is shortest expected delay, best while the pool has
 room; near saturation it keeps slow backends idle while the fast ones' queues grow, and balancing the
@@ -52,6 +55,7 @@ class _Model:
     slope_s: float = 0.0
     samples: int = 0
     updated_at: float = 0.0
+    slots: float = 1.0  # requests it runs at once, as last reported: the backlog is counted in batches of these
     sent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))  # (at, backlog), oldest first
 
     def sent_behind(self, sent_at: float, outstanding: int) -> float | None:
@@ -149,7 +153,7 @@ class Learned:
         if model is None:
             model = self._model(backend, now)
         recorded = model.sent_behind(now - latency_ms / 1000.0 if ok else -math.inf, backlog)
-        sent_behind = float(max(backlog, 0)) if recorded is None else recorded
+        sent_behind = max(backlog, 0) / model.slots if recorded is None else recorded
         if not ok:  # a failure makes it look slow at once
             model.intercept_s = max(model.intercept_s * 2.0, 1e-3)
             model.updated_at = now
@@ -203,6 +207,8 @@ class Learned:
         models = [self._models.get(view.id) for view in views]
         ready = [m for m in models if m is not None and m.samples >= self._min_samples]
         backlog = [_backlog(view) for view in views]
+        slots = [_slots(view) for view in views]
+        ahead = [b / n for b, n in zip(backlog, slots, strict=True)]  # batches queued ahead
         if ready:
             own = statistics.median(m.intercept_s for m in ready)  # a little-known backend: typical
             per_queued = statistics.median(m.slope_s for m in ready)
@@ -212,8 +218,8 @@ class Learned:
             ]
             if self._adapt:
                 self._track_util(views, backlog, [1.0 / max(a, 1e-6) for a, _ in fits], snapshot.now)
-            theta = self.theta(sum(_slots(view) for view in views) / len(views))
-            cost = [(s * b + theta * a, a) for (a, s), b in zip(fits, backlog, strict=True)]
+            theta = self.theta(sum(slots) / len(views))
+            cost = [(s * b + theta * a, a) for (a, s), b in zip(fits, ahead, strict=True)]
         else:  # nothing learned yet: p2c's rank, load per unit of weight
             weights = table.weights
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
@@ -224,7 +230,8 @@ class Learned:
             order.insert(0, least)  # learning: the least observed backend of the sample goes first
         first = order[0]
         chosen = self._models.get(views[first].id) or self._model(views[first].id, snapshot.now)
-        chosen.sent.append((snapshot.now, backlog[first]))  # when, and behind how many, for the reply's sample
+        chosen.slots = slots[first]
+        chosen.sent.append((snapshot.now, ahead[first]))  # when, and behind how many batches, for the reply's sample
         ids = [views[j].id for j in order[:wanted]]
         return with_drained(ids, table, limit) if table.drained else tuple(ids)
 
