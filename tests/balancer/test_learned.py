@@ -121,7 +121,7 @@ def test_on_batching_workers_the_own_service_term_keeps_most_of_its_weight() -> 
             policy.observe(view.id, True, 20.0, 0, step * 0.01)
     for step in range(200):
         policy.pick(snapshot(*busy, now=1.0 + step * 0.05), REQUEST, 1)
-    assert policy.theta(4.0) == pytest.approx(0.75)
+    assert policy.theta(4.0) == pytest.approx(0.5)  # 1 - 1/sqrt(slots)
     assert policy.theta(1.0) == 0.0
 
 
