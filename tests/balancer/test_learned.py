@@ -121,7 +121,7 @@ def test_on_batching_workers_the_own_service_term_keeps_most_of_its_weight() -> 
             policy.observe(view.id, True, 20.0, 0, step * 0.01)
     for step in range(200):
         policy.pick(snapshot(*busy, now=1.0 + step * 0.05), REQUEST, 1)
-    assert policy.theta(4.0) == pytest.approx(0.75)
+    assert policy.theta(4.0) == pytest.approx(0.5)  # 1 - 1/sqrt(slots)
     assert policy.theta(1.0) == 0.0
 
 
@@ -209,3 +209,24 @@ def test_sends_that_ended_unseen_are_forgotten_oldest_first() -> None:
     model.sent.extend([(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (3.0, 4.0)])
     assert model.sent_behind(3.0, 1) == 4.0  # one call still out: two sends ended unseen (abandoned)
     assert list(model.sent) == [(2.0, 3.0)]
+
+
+def test_on_a_batching_worker_the_backlog_counts_in_batches_of_its_slots() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=1)
+    for step in range(10):  # replies at an empty backlog only: the data says nothing of the queue's cost
+        policy.observe("batching", True, 20.0, 0, step * 0.01)
+        policy.observe("single", True, 40.0, 0, step * 0.01)
+    batching = BackendView("batching", in_flight=3, load=report(max_batch=4))
+    single = BackendView("single", load=ONE_SLOT)
+    # Three queued fit in one batch of four: about 3/4 of a 20 ms batch ahead, plus its own, beats 40 ms idle.
+    # Counted per request (3 x 20 + 20 = 80 ms) the idle, twice slower worker would take it.
+    assert policy.pick(snapshot(batching, single, now=1.0), REQUEST, 1) == ("batching",)
+
+
+def test_the_send_records_the_batches_queued_ahead_for_the_replys_sample() -> None:
+    policy = Learned(choice_count=2, explore=0.0, seed=1)
+    policy.pick(snapshot(BackendView("w", in_flight=8, load=report(max_batch=4)), now=1.0), REQUEST, 1)
+    assert list(policy._models["w"].sent) == [(1.0, 2.0)]
+    policy.observe("w", True, 60.0, 8, 1.06)
+    model = policy._models["w"]
+    assert model.backlog == pytest.approx(2.0)  # learned against two batches ahead, not eight requests

@@ -1,11 +1,14 @@
 """A balancer that learns each backend's speed online from the completions it sees (issue 17).
 
 For every backend it fits, by time-decayed least squares, latency = a + b x backlog, the backlog being
-the requests ahead when the request was sent (recorded at the pick): `a` is what a request costs there
-on its own, `b` what each request queued ahead adds (less than `a` where the worker batches, more where
-service times are heavy-tailed). The decay (`half_life_s`) lets a backend that slows down (thermal
-throttling, a noisy neighbour) be noticed within a few replies; replies slower than expected count four
-times faster than quicker ones. A pick samples `choice_count` backends (O(k) whatever the pool's size)
+the requests ahead when the request was sent (recorded at the pick) counted in batches of the slots the
+worker reports (max_batch): `a` is what a request costs there on its own, `b` what each batch queued ahead
+adds (about `a`; more where service times are heavy-tailed). Counted per request, a batching worker's
+slope was not identified by the little spread of backlogs seen and the ridge pulled it up to `a`, so a
+batch of four queued was costed four batches (failures scenario: p99 1.32x least_latency's).
+The decay (`half_life_s`) lets a backend that slows down (thermal throttling, a noisy neighbour) be
+noticed within a few replies; replies slower than expected count four times faster than quicker ones.
+A pick samples `choice_count` backends (O(k) whatever the pool's size)
 and sends to the cheapest, costed b x backlog + theta x a (the work queued ahead plus a share theta of
 its own service time), ties to the faster. theta = 1 is shortest expected delay, best while the pool has
 room; near saturation it keeps slow backends idle while the fast ones' queues grow, and balancing the
@@ -13,9 +16,11 @@ queued work (theta -> 0) keeps every queue short (measured: p99 on two fast and 
 workers at 95% load fell from 3.9 s to 1.1 s). With `adapt`, theta follows the pool's utilisation,
 estimated as the sampled backends' busy share of their slots (backlog / slots, at most 1, weighted by
 learned speed, smoothed over about a second): 1 below `busy_from`, falling linearly to 0 at `busy_to`.
-On batching workers (slots > 1) it falls only to 1 - 1/slots: a busy one takes a few more requests into
-its next batch at little cost, and dropping the own term there sent whole requests to idle slow workers
-(p99 +10% on the drift scenario). No offline data: a backend known too little is costed at the median
+On batching workers (slots > 1) it falls only to 1 - 1/sqrt(slots): a busy one takes a few more requests
+into its next batch at little cost, and dropping the own term there sent whole requests to idle slow
+workers (drift scenario at 50%: p99 1.15x); at 1 - 1/slots slowed batching workers were kept too idle
+(failures scenario, seed 6: p99 1.13x least_latency's, 0.85x at 1 - 1/sqrt(slots)).
+No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
 default 0.5%: under the 1% a p99 is made of) goes to the least observed backend of the sample, so a
 backend that sped up again is noticed. Feedback arrives through `observe`, on the outcome path of every call.
@@ -52,6 +57,7 @@ class _Model:
     slope_s: float = 0.0
     samples: int = 0
     updated_at: float = 0.0
+    slots: float = 1.0  # requests it runs at once, as last reported: the backlog is counted in batches of these
     sent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))  # (at, backlog), oldest first
 
     def sent_behind(self, sent_at: float, outstanding: int) -> float | None:
@@ -149,7 +155,7 @@ class Learned:
         if model is None:
             model = self._model(backend, now)
         recorded = model.sent_behind(now - latency_ms / 1000.0 if ok else -math.inf, backlog)
-        sent_behind = float(max(backlog, 0)) if recorded is None else recorded
+        sent_behind = max(backlog, 0) / model.slots if recorded is None else recorded
         if not ok:  # a failure makes it look slow at once
             model.intercept_s = max(model.intercept_s * 2.0, 1e-3)
             model.updated_at = now
@@ -173,7 +179,7 @@ class Learned:
         if not self._adapt:
             return self._own_weight
         room = min(max(1.0 - (self._util - self._busy_from) / self._busy_span, 0.0), 1.0)
-        return self._own_weight * (1.0 - (1.0 - room) / max(slots, 1.0))
+        return self._own_weight * (1.0 - (1.0 - room) / math.sqrt(max(slots, 1.0)))
 
     def _track_util(self, views: list[View], backlog: list[float], speeds: list[float], now: float) -> None:
         """Fold the sample's speed-weighted share of busy slots into the pool's utilisation estimate."""
@@ -203,6 +209,8 @@ class Learned:
         models = [self._models.get(view.id) for view in views]
         ready = [m for m in models if m is not None and m.samples >= self._min_samples]
         backlog = [_backlog(view) for view in views]
+        slots = [_slots(view) for view in views]
+        ahead = [b / n for b, n in zip(backlog, slots, strict=True)]  # batches queued ahead
         if ready:
             own = statistics.median(m.intercept_s for m in ready)  # a little-known backend: typical
             per_queued = statistics.median(m.slope_s for m in ready)
@@ -212,8 +220,8 @@ class Learned:
             ]
             if self._adapt:
                 self._track_util(views, backlog, [1.0 / max(a, 1e-6) for a, _ in fits], snapshot.now)
-            theta = self.theta(sum(_slots(view) for view in views) / len(views))
-            cost = [(s * b + theta * a, a) for (a, s), b in zip(fits, backlog, strict=True)]
+            theta = self.theta(sum(slots) / len(views))
+            cost = [(s * b + theta * a, a) for (a, s), b in zip(fits, ahead, strict=True)]
         else:  # nothing learned yet: p2c's rank, load per unit of weight
             weights = table.weights
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
@@ -224,7 +232,8 @@ class Learned:
             order.insert(0, least)  # learning: the least observed backend of the sample goes first
         first = order[0]
         chosen = self._models.get(views[first].id) or self._model(views[first].id, snapshot.now)
-        chosen.sent.append((snapshot.now, backlog[first]))  # when, and behind how many, for the reply's sample
+        chosen.slots = slots[first]
+        chosen.sent.append((snapshot.now, ahead[first]))  # when, and behind how many batches, for the reply's sample
         ids = [views[j].id for j in order[:wanted]]
         return with_drained(ids, table, limit) if table.drained else tuple(ids)
 
