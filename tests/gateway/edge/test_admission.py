@@ -57,6 +57,41 @@ class Holder:
         return asyncio.create_task(self.run(priority))
 
 
+class Fronts:
+    """Requests of model "m" that record whether admission marked them for the front, each held until released."""
+
+    def __init__(self, controller: AdmissionController) -> None:
+        self.controller = controller
+        self.fronts: dict[str, bool] = {}
+        self.release: dict[str, asyncio.Event] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, name: str, client: str) -> None:
+        release = self.release[name] = asyncio.Event()
+
+        async def request() -> None:
+            async with self.controller.admit("m", later(), client=client) as front:
+                self.fronts[name] = front
+                await release.wait()
+
+        self.tasks.append(asyncio.create_task(request()))
+
+    async def finish(self) -> None:
+        for event in self.release.values():
+            event.set()
+        await asyncio.gather(*self.tasks)
+
+
+async def heavy_at_capacity(
+    controller: AdmissionController, order: list[str], capacity: int
+) -> tuple[list[Holder], list[asyncio.Task[None]]]:
+    """A heavy client holding the workers' whole capacity of model "m", with one more request queued."""
+    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(capacity + 1)]
+    tasks = [holder.start() for holder in heavy]
+    await until(lambda: controller.model_in_flight("m") == capacity and controller.queued["normal"] == 1)
+    return heavy, tasks
+
+
 async def test_admits_immediately_under_limits() -> None:
     controller = AdmissionController(max_in_flight=2, max_queue=0)
     async with controller.admit("m", later()), controller.admit("other", later()):
@@ -398,9 +433,7 @@ async def test_a_light_client_takes_an_express_slot_past_the_workers_capacity() 
     capacity = 4  # two workers, each running one request with one queued
     controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: capacity)
     order: list[str] = []
-    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(5)]
-    tasks = [holder.start() for holder in heavy]
-    await until(lambda: controller.model_in_flight("m") == 4 and controller.queued["normal"] == 1)
+    heavy, tasks = await heavy_at_capacity(controller, order, 4)
     light = [Holder(controller, order, f"l{i}", client="light") for i in range(3)]
     for holder in light[:2]:  # holding under half of the heavy client's 4: past the cap, ahead of the heavy waiter
         tasks.append(holder.start())
@@ -443,29 +476,21 @@ async def test_a_configured_model_limit_is_never_passed_by_an_express_slot() -> 
 
 async def test_a_light_clients_queued_request_is_marked_for_the_front_when_it_gets_a_slot() -> None:
     controller = AdmissionController(max_in_flight=4, max_queue=16, capacity=lambda model: 4)  # no room for express
-    fronts: dict[str, bool] = {}
-    release = {name: asyncio.Event() for name in ("h0", "h1", "h2", "h3", "h4", "l")}
-
-    async def request(name: str, client: str) -> None:
-        async with controller.admit("m", later(), client=client) as front:
-            fronts[name] = front
-            await release[name].wait()
-
-    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(4)]
-    await until(lambda: len(fronts) == 4)
-    tasks.append(asyncio.create_task(request("h4", "heavy")))
+    requests = Fronts(controller)
+    for i in range(4):
+        requests.start(f"h{i}", "heavy")
+    await until(lambda: len(requests.fronts) == 4)
+    requests.start("h4", "heavy")
     await until(lambda: controller.queued["normal"] == 1)
-    tasks.append(asyncio.create_task(request("l", "light")))  # the gateway is full: it queues, behind h4
+    requests.start("l", "light")  # the gateway is full: it queues, behind h4
     await until(lambda: controller.queued["normal"] == 2)
-    release["h0"].set()  # one slot frees: the light client holds fewest and goes, marked for the front
-    await until(lambda: "l" in fronts)
-    assert fronts == {"h0": False, "h1": False, "h2": False, "h3": False, "l": True}
-    release["h1"].set()
-    await until(lambda: "h4" in fronts)
-    assert fronts["h4"] is False  # the heavy client is not light beside a client holding 1: its request keeps its place
-    for event in release.values():
-        event.set()
-    await asyncio.gather(*tasks)
+    requests.release["h0"].set()  # one slot frees: the light client holds fewest and goes, marked for the front
+    await until(lambda: "l" in requests.fronts)
+    assert requests.fronts == {"h0": False, "h1": False, "h2": False, "h3": False, "l": True}
+    requests.release["h1"].set()
+    await until(lambda: "h4" in requests.fronts)
+    assert requests.fronts["h4"] is False  # the heavy client is not light beside one holding 1: it keeps its place
+    await requests.finish()
     assert controller.in_flight == 0 and controller.express == 0
 
 
@@ -521,9 +546,7 @@ def test_whether_a_client_is_light_beside_a_heavy_one_is_what_a_scan_of_every_ho
 async def test_a_light_client_holding_less_than_half_the_heaviest_goes_express_again() -> None:
     controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 4)
     order: list[str] = []
-    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(5)]
-    tasks = [holder.start() for holder in heavy]
-    await until(lambda: controller.model_in_flight("m") == 4 and controller.queued["normal"] == 1)
+    heavy, tasks = await heavy_at_capacity(controller, order, 4)
     light = [Holder(controller, order, name, client=name[0]) for name in ("a1", "b1", "a2", "a3")]
     for holder in light[:3]:  # a holds 0, b 0, then a 1: each under half of the heavy client's 4, past the cap
         tasks.append(holder.start())
@@ -540,36 +563,26 @@ async def test_a_light_client_holding_less_than_half_the_heaviest_goes_express_a
 
 async def test_a_light_request_queued_while_express_slots_are_full_takes_the_next_one_that_frees() -> None:
     controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 2)
-    fronts: dict[str, bool] = {}
-    release = {name: asyncio.Event() for name in ("h0", "h1", "h2", "a", "b", "c")}
-
-    async def request(name: str, client: str) -> None:
-        async with controller.admit("m", later(), client=client) as front:
-            fronts[name] = front
-            await release[name].wait()
-
-    tasks = [asyncio.create_task(request(f"h{i}", "heavy")) for i in range(3)]
-    await until(lambda: len(fronts) == 2 and controller.queued["normal"] == 1)
+    requests = Fronts(controller)
+    for i in range(3):
+        requests.start(f"h{i}", "heavy")
+    await until(lambda: len(requests.fronts) == 2 and controller.queued["normal"] == 1)
     for name in ("a", "b"):  # the express slots: as many as the workers' capacity (2)
-        tasks.append(asyncio.create_task(request(name, name)))
-        await until(lambda name=name: name in fronts)
-    tasks.append(asyncio.create_task(request("c", "c")))
+        requests.start(name, name)
+        await until(lambda name=name: name in requests.fronts)
+    requests.start("c", "c")
     await until(lambda: controller.queued["normal"] == 2)  # no express slot left: c waits, ahead of h2
-    release["a"].set()  # an express slot frees while the heavy client still holds the workers' capacity
-    await until(lambda: "c" in fronts)
-    assert fronts["c"] is True and "h2" not in fronts and controller.express == 3
-    for event in release.values():
-        event.set()
-    await asyncio.gather(*tasks)
+    requests.release["a"].set()  # an express slot frees while the heavy client still holds the workers' capacity
+    await until(lambda: "c" in requests.fronts)
+    assert requests.fronts["c"] is True and "h2" not in requests.fronts and controller.express == 3
+    await requests.finish()
     assert controller.in_flight == 0 and controller._express_in_flight == {}
 
 
 async def test_express_slots_leave_the_workers_capacity_to_the_heavy_clients_queue() -> None:
     controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 2)
     order: list[str] = []
-    heavy = [Holder(controller, order, f"h{i}", client="heavy") for i in range(3)]
-    tasks = [holder.start() for holder in heavy]
-    await until(lambda: controller.model_in_flight("m") == 2 and controller.queued["normal"] == 1)
+    heavy, tasks = await heavy_at_capacity(controller, order, 2)
     light = Holder(controller, order, "l", client="light")
     tasks.append(light.start())
     await light.entered.wait()
