@@ -579,6 +579,27 @@ async def test_a_light_request_queued_while_express_slots_are_full_takes_the_nex
     assert controller.in_flight == 0 and controller._express_in_flight == {}
 
 
+async def test_an_express_slot_handed_to_a_request_cancelled_meanwhile_is_given_back_as_one() -> None:
+    controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 1)
+    order: list[str] = []
+    heavy, tasks = await heavy_at_capacity(controller, order, 1)
+    light = Holder(controller, order, "a", client="a")
+    tasks.append(light.start())  # the one express slot
+    await light.entered.wait()
+    gone = Holder(controller, order, "b", client="b")
+    tasks.append(gone.start())
+    await until(lambda: controller.queued["normal"] == 2)
+    light.release.set()
+    await until(lambda: controller.queued["normal"] == 1)  # the express slot handed to b, which has not run yet
+    tasks[-1].cancel()
+    await until(lambda: "a" in order and controller.model_in_flight("m") == 1)
+    assert controller._express_in_flight == {} and "b" not in order
+    for holder in heavy:
+        holder.release.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert controller.in_flight == 0 and controller._express_in_flight == {}
+
+
 async def test_express_slots_leave_the_workers_capacity_to_the_heavy_clients_queue() -> None:
     controller = AdmissionController(max_in_flight=16, max_queue=16, capacity=lambda model: 2)
     order: list[str] = []

@@ -169,7 +169,10 @@ class AdmissionController:
         self._room.push(waiter)
         # A refusal (shed for a lighter client) is raised from here; a slot granted as we are cancelled goes on.
         granted = await handoff.wait(
-            waiter.ticket, remaining, lambda: self._release(model, client), lambda: self._room.remove(waiter)
+            waiter.ticket,
+            remaining,
+            lambda: self._release(model, client, waiter.express),
+            lambda: self._room.remove(waiter),
         )
         if not granted:
             raise self._reject("deadline", f"deadline passed while queued for model {model!r}")
