@@ -120,9 +120,13 @@ async def saturate(
         stop_at = loop.time() + warm_s + seconds
 
         async def client() -> None:
-            while loop.time() < stop_at:
+            # Each client's measured part holds at least one request: on a loaded machine one started in the
+            # warm-up can outlast the window, and a window of none said "0 requests" for a worker that served.
+            measured = False
+            while loop.time() < stop_at or not measured:
                 target = run if measuring else Served()
                 await _one(stub, request, target)
+                measured = target is run
 
         tasks = [asyncio.create_task(client()) for _ in range(clients)]
         await asyncio.sleep(warm_s)
