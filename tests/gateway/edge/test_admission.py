@@ -540,7 +540,7 @@ def test_whether_a_client_is_light_beside_a_heavy_one_is_what_a_scan_of_every_ho
                 assert controller._under_share(model, client) == by_scan(model, client)
         for client in names:  # the count behind it
             others = [n for other, n in controller._client_in_flight.items() if other != client]
-            assert controller._most_held_by_other(client) == max(others, default=0)
+            assert controller._holdings.most_held_by_other(client) == max(others, default=0)
 
 
 async def test_a_light_client_holding_less_than_half_the_heaviest_goes_express_again() -> None:

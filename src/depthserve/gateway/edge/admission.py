@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from depthserve import handoff
+from depthserve.gateway.edge.holdings import Holdings
 from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
 from depthserve.gateway.errors import GatewayError
 from depthserve.handoff import Ticket
@@ -72,11 +73,8 @@ class AdmissionController:
         self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
         self._model_in_flight: Counter[str] = Counter()
         self._express_in_flight: Counter[str] = Counter()  # the part of _model_in_flight past the workers' capacity
-        self._client_in_flight: Counter[str] = Counter()
-        # How many clients hold each count of slots, and the highest count held: "does another client hold
-        # half or more" is then answered without a scan of every client holding a slot.
-        self._holders_at: Counter[int] = Counter()
-        self._most_held = 0
+        self._holdings = Holdings()
+        self._client_in_flight = self._holdings.per_client  # read here; changed only through _holdings
         self._room = WaitingRoom(self._client_in_flight.__getitem__)
         self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
@@ -279,16 +277,8 @@ class AdmissionController:
         capacity = self._capacities.get(model, (0.0, None))[1]
         if capacity is None:
             return False
-        heaviest = self._most_held_by_other(client)
+        heaviest = self._holdings.most_held_by_other(client)
         return heaviest * 2 >= capacity and self._client_in_flight.get(client, 0) * 2 < heaviest
-
-    def _most_held_by_other(self, client: str) -> int:
-        """The most slots any client but `client` holds, from the counts per held value (no scan of clients)."""
-        top = self._most_held
-        if self._client_in_flight.get(client, 0) != top or self._holders_at[top] > 1:
-            return top
-        # `client` alone holds the most: the next count anyone holds (rare: a heavy client asking if it is light)
-        return next((held for held in range(top - 1, 0, -1) if self._holders_at[held]), 0)
 
     def _has_room(self, model: str) -> bool:
         """Whether a regular slot is free: express slots are not counted against the workers' capacity, but
@@ -303,25 +293,8 @@ class AdmissionController:
     def _take(self, model: str, client: str) -> None:
         self.in_flight += 1
         self._model_in_flight[model] += 1
-        held = self._client_in_flight[client]
-        if not held and client not in self._last_served:
+        if not self._holdings.take(client) and client not in self._last_served:
             self._unserved_holders += 1
-        self._client_in_flight[client] = held + 1
-        self._held_changed(client, held, held + 1)
-
-    def _held_changed(self, client: str, before: int, after: int) -> None:
-        """Keep the counts per held value, the highest count and the waiting room's order in step with a
-        client's slots going from `before` to `after` (one up or down)."""
-        if before:
-            self._holders_at[before] -= 1
-            if not self._holders_at[before]:
-                del self._holders_at[before]
-        if after:
-            self._holders_at[after] += 1
-        if after > self._most_held:
-            self._most_held = after
-        elif before == self._most_held and before not in self._holders_at:
-            self._most_held = after  # one down from the top, and nobody else was there: `client` holds the most
         self._room.holding_changed(client)
 
     def _claim(self) -> bool:
@@ -351,11 +324,8 @@ class AdmissionController:
         if client not in self._last_served:
             self._unserved_holders -= 1  # it holds this slot, so it was counted there until now
         self._last_served[client] = now
-        held = self._client_in_flight[client]
-        self._client_in_flight[client] = held - 1
-        if held == 1:
-            del self._client_in_flight[client]
-        self._held_changed(client, held, held - 1)
+        self._holdings.give_back(client)
+        self._room.holding_changed(client)
         self._prune(now)  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
         self._dispatch()
 
