@@ -279,6 +279,7 @@ async def overload(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, A
         stream.done.add_done_callback(functools.partial(record, stream))
 
     print("ready", flush=True)
+    per_10ms: Counter[int] = Counter()  # arrivals sent in each 10 ms: how far from Poisson the CPU let it stay
     start = time.perf_counter()
     next_at = 0.0
     sent = 0
@@ -294,6 +295,7 @@ async def overload(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, A
                 break
             next_at += rng.expovariate(rate)
             sent += 1
+            per_10ms[int(time.perf_counter() * 100)] += 1
             await send_one()
         await asyncio.sleep(0)  # even when behind schedule, let replies and the stop signal in
     window_s = time.perf_counter() - start
@@ -309,7 +311,20 @@ async def overload(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, A
         "unfinished": len(waiting),
         "refused_ms": refused_ms,
         "ok_ms": ok_ms,
+        "max_per_10ms": max(per_10ms.values(), default=0),
+        "poisson_max_per_10ms": poisson_max(rate / 100.0, max(1, round(window_s * 100))),
     }
+
+
+def poisson_max(mean: float, windows: int) -> int:
+    """The count a Poisson process of this mean per window exceeds in fewer than one of `windows` windows."""
+    count, term = 0, math.exp(-mean)
+    tail = 1.0 - term
+    while tail * windows >= 1.0:
+        count += 1
+        term *= mean / count
+        tail -= term
+    return count
 
 
 async def probe(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, Any]:
@@ -330,7 +345,11 @@ async def probe(args: argparse.Namespace, stop: asyncio.Event) -> dict[str, Any]
 
 
 def probe_loop(args: argparse.Namespace, halt: threading.Event) -> dict[str, Any]:
-    """The probe's blocking loop: send, read the whole reply, time it, wait out the rest of 1/rate."""
+    """The probe's blocking loop: send, read the whole reply, time it, wait out the rest of 1/rate.
+
+    With --floor-port each request to the gateway is followed by the same request to the floor server
+    (bench/floor_server.py, on the gateway's core), timed the same way: the machine's own floor, side by side.
+    """
     body = small_png()
     request = (
         f"POST /v1/depth HTTP/1.1\r\nhost: {HOST}:{args.port}\r\ncontent-type: image/png\r\n"
@@ -338,8 +357,10 @@ def probe_loop(args: argparse.Namespace, halt: threading.Event) -> dict[str, Any
     ).encode() + body
     statuses: Counter[str] = Counter()
     refused_ms: list[float] = []
+    floor_ms: list[float] = []
     connection = ProbeConnection(args.source, args.port, args.grace_s)
     connection.exchange(f"GET /healthz HTTP/1.1\r\nhost: {HOST}:{args.port}\r\n\r\n".encode())  # connected first
+    floor = ProbeConnection(args.source, args.floor_port, args.grace_s) if args.floor_port else None
     print("ready", flush=True)
     while not halt.is_set():
         started = time.perf_counter()
@@ -355,9 +376,15 @@ def probe_loop(args: argparse.Namespace, halt: threading.Event) -> dict[str, Any
         statuses[f"{status}{reason}"] += 1
         if status == 503:
             refused_ms.append(took_ms)
+            if floor is not None:
+                started = time.perf_counter()
+                floor.exchange(request)
+                floor_ms.append((time.perf_counter() - started) * 1000.0)
         halt.wait(1.0 / args.rate)
     connection.close()
-    return {"statuses": dict(statuses), "refused_ms": refused_ms}
+    if floor is not None:
+        floor.close()
+    return {"statuses": dict(statuses), "refused_ms": refused_ms, "floor_ms": floor_ms}
 
 
 class ProbeConnection:
@@ -464,6 +491,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="overload: req/s at size 1")
     parser.add_argument("--grace-s", type=float, default=6.0, help="overload: wait this long for replies after stop")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--floor-port", type=int, default=0, help="probe: also time the floor server on this port")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="stop on its own after this long")
     args = parser.parse_args()
     if not args.source.startswith("127.") or not math.isfinite(args.size) or args.size <= 0:
