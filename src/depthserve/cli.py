@@ -198,7 +198,10 @@ def sim(
     seed: Annotated[
         int | None, typer.Option(help="random seed of arrivals, service times and events [scenario's]")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="folder for table.md, results.json and the PNG plots")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="folder for table.md, results.json (both rewritten as each run ends) and plots")
+    ] = None,
+    jobs: Annotated[int, typer.Option(help="runs (policy x load) at once, each in its own process", min=1)] = 1,
 ) -> None:
     """Simulate a fleet: the real gateway core on a virtual clock in front of simulated GPU workers."""
     from rich.console import Console
@@ -207,7 +210,7 @@ def sim(
 
     try:
         code = simulate(
-            scenario, policy or compare, load, duration, out, Console(width=max(Console().width, 150)), seed
+            scenario, policy or compare, load, duration, out, Console(width=max(Console().width, 150)), seed, jobs
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def test_a_shipped_scenario_runs_and_writes_its_table_results_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -59,3 +61,47 @@ def test_another_seed_is_another_draw_of_the_same_world_and_a_seed_repeats(tmp_p
         return [{key: value for key, value in run.items() if key != "wall_s"} for run in found]  # all but the clock
 
     assert runs(5, "a") == runs(5, "b") != runs(6, "c")
+
+
+def test_runs_in_several_processes_give_the_same_cells_in_sweep_order_and_each_is_written_as_it_ends(
+    tmp_path: Path,
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from depthserve.sim.command import run_all, summary
+    from depthserve.sim.runner import RunResult
+    from depthserve.sim.scenario import load_scenario, shipped_scenarios
+
+    scenario = load_scenario(shipped_scenarios()["four_workers"]).model_copy(update={"duration_s": 3.0})
+    policies, loads = ["round_robin", "least_latency"], [0.5, 0.8]
+    seen: list[int] = []
+    console = Console(file=io.StringIO())
+    alone = run_all(scenario, policies, loads, console)
+    together = run_all(scenario, policies, loads, console, jobs=2, written=lambda done: seen.append(len(done)))
+
+    def figures(results: list[RunResult]) -> list[dict[str, object]]:
+        runs = summary(results)["runs"]
+        assert isinstance(runs, list)
+        return [{k: v for k, v in run.items() if k != "wall_s"} for run in runs]
+
+    assert [(r.policy, r.load) for r in together] == [(p, load) for load in loads for p in policies]
+    assert figures(together) == figures(alone)
+    assert seen == [1, 2, 3, 4]  # the cells done so far, handed over as each one ends
+
+
+def test_a_policy_gets_its_own_options_from_the_scenario_and_a_wrong_one_is_refused() -> None:
+    from depthserve.sim.runner import policy_settings, run
+    from depthserve.sim.scenario import Scenario
+
+    scenario = Scenario.model_validate(
+        {"fleet": [{"kind": "A100", "count": 4}], "duration_s": 1, "warmup_s": 0,
+         "policy_options": {"score": {"sample_size": 2}}}
+    )  # fmt: skip
+    assert policy_settings(scenario, "score")[0].policy_options == {"sample_size": 2}
+    assert policy_settings(scenario, "p2c")[0].policy_options == {}  # the others keep their defaults
+    assert run(scenario, "score", 0.5).stats.ok > 0
+    wrong = scenario.model_copy(update={"policy_options": {"score": {"sample_size": 1}}})
+    with pytest.raises(ValueError, match="sample_size"):
+        run(wrong, "score", 0.5)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
@@ -26,18 +28,44 @@ def resolve(name: str) -> Path:
     raise ValueError(f"no scenario file {name!r}, and no shipped scenario of that name; shipped: {', '.join(shipped)}")
 
 
-def run_all(scenario: Scenario, policies: Sequence[str], loads: Sequence[float], console: Console) -> list[RunResult]:
-    """Every policy at every load, on the same arrivals per load, with a progress bar."""
-    results = []
+def run_all(
+    scenario: Scenario,
+    policies: Sequence[str],
+    loads: Sequence[float],
+    console: Console,
+    jobs: int = 1,
+    written: Callable[[list[RunResult]], None] | None = None,
+) -> list[RunResult]:
+    """Every policy at every load, on the same arrivals per load, with a progress bar.
+
+    Each cell is a run of its own (its own loop, gateway and world), so `jobs` > 1 runs cells in that many
+    processes; `written` is given the cells done so far as each ends, so a long sweep stopped part-way
+    keeps what it finished. Results come back in sweep order whatever order the cells end in.
+    """
+    cells = [(load, policy) for load in loads for policy in policies]
+    done: dict[tuple[float, str], RunResult] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task(scenario.name, total=len(policies) * len(loads))
-        for load in loads:
-            for policy in policies:
+        task = progress.add_task(scenario.name, total=len(cells))
+
+        def finished(result: RunResult) -> None:
+            done[(result.load, result.policy)] = result
+            progress.advance(task)
+            if written is not None:
+                written([done[cell] for cell in cells if cell in done])
+
+        if jobs <= 1:
+            for load, policy in cells:
                 progress.update(task, description=f"{scenario.name}: {policy} at {load:.0%}")
-                results.append(run(scenario, policy, load))
-                progress.advance(task)
-    return results
+                finished(run(scenario, policy, load))
+        else:
+            progress.update(task, description=f"{scenario.name}: {len(cells)} runs in {jobs} processes")
+            context = multiprocessing.get_context("spawn")  # no fork of a process with a progress thread
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                pending = [pool.submit(run, scenario, policy, load) for load, policy in cells]
+                for future in as_completed(pending):
+                    finished(future.result())
+    return [done[cell] for cell in cells]
 
 
 def summary(results: Sequence[RunResult]) -> dict[str, object]:
@@ -72,6 +100,7 @@ def main(
     out: Path | None,
     console: Console,
     seed: int | None = None,
+    jobs: int = 1,
 ) -> int:
     """Run, print the table, and write table, JSON and plots under `out`; the exit code."""
     scenario = load_scenario(resolve(name))
@@ -81,8 +110,10 @@ def main(
         scenario = scenario.model_copy(update={"seed": seed})
     chosen = [p.strip() for p in policies.split(",")] if policies else scenario.policies
     sweep = [float(x) for x in loads.split(",")] if loads else scenario.offered_loads()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results = run_all(scenario, chosen, sweep, console)
+    results = run_all(scenario, chosen, sweep, console, jobs, None if out is None else lambda done: write(done, out))
     wall = time.perf_counter() - started
     simulated = sum(r.requests for r in results) or 1
     console.print(report.table(results, f"{scenario.name}: {scenario.workers} workers, {scenario.duration_s:g} s"))
@@ -92,9 +123,6 @@ def main(
         for line in report.scaling_summary(result, bursts[0].at_s if bursts else None):
             console.print(line)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "table.md").write_text(report.markdown(results))
-        (out / "results.json").write_text(json.dumps(summary(results), indent=2))
         if len(sweep) > 1:
             report.plot_latency_against_load(results, out / "latency_vs_load.png", scenario.name)
         if scenario.events:
@@ -107,3 +135,9 @@ def main(
                 report.plot_scaling(result, out / name, f"{scenario.name}: {result.policy}")
         console.print(f"written to {out}")
     return 0
+
+
+def write(results: Sequence[RunResult], out: Path) -> None:
+    """The table and the JSON of the cells done so far (rewritten as each cell ends)."""
+    (out / "table.md").write_text(report.markdown(results))
+    (out / "results.json").write_text(json.dumps(summary(results), indent=2))

@@ -72,6 +72,8 @@ def policy_settings(scenario: Scenario, policy: str) -> tuple[GatewaySettings, b
         "request_timeout_s": scenario.request_timeout_s,
         "version_seed": scenario.seed,
     }
+    if name in scenario.policy_options:
+        overrides["policy_options"] = {**scenario.gateway.get("policy_options", {}), **scenario.policy_options[name]}
     settings = GatewaySettings(**{**base, **scenario.gateway, **overrides, "policy": name, "auto_weights": auto})
     return settings, auto
 

@@ -145,6 +145,11 @@ class Scenario(Strict):
     events: list[Event] = Field(default_factory=list)
     autoscale: AutoscaleModel | None = None
     policies: list[str] = Field(default_factory=lambda: ["round_robin", "p2c"])
+    policy_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="per policy name, its options (as `policy_options` in the gateway's config), e.g. "
+        "{score: {sample_size: 16}}",
+    )
     weighted: list[str] | None = Field(
         None,
         description="policies given the fleet's static weights; the others see every worker at weight 1, as a "
