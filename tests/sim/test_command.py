@@ -105,3 +105,16 @@ def test_a_policy_gets_its_own_options_from_the_scenario_and_a_wrong_one_is_refu
     wrong = scenario.model_copy(update={"policy_options": {"score": {"sample_size": 1}}})
     with pytest.raises(ValueError, match="sample_size"):
         run(wrong, "score", 0.5)
+
+
+def test_a_run_that_fails_in_another_process_stops_the_sweep_with_its_error() -> None:
+    import io
+
+    from rich.console import Console
+
+    from depthserve.sim.command import run_all
+    from depthserve.sim.scenario import Scenario
+
+    scenario = Scenario.model_validate({"fleet": [{"kind": "A100", "count": 2}], "duration_s": 1, "warmup_s": 0})
+    with pytest.raises(ValueError, match="no_such_policy"):
+        run_all(scenario, ["no_such_policy", "p2c"], [0.5, 0.8], Console(file=io.StringIO()), jobs=2)

@@ -63,8 +63,12 @@ def run_all(
             context = multiprocessing.get_context("spawn")  # no fork of a process with a progress thread
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 pending = [pool.submit(run, scenario, policy, load) for load, policy in cells]
-                for future in as_completed(pending):
-                    finished(future.result())
+                try:
+                    for future in as_completed(pending):
+                        finished(future.result())
+                except BaseException:  # a failed run or Ctrl-C: the cells not started yet are not run
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
     return [done[cell] for cell in cells]
 
 
