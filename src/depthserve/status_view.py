@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -52,14 +54,22 @@ def key_headers(key: str | None) -> dict[str, str]:
 
 
 def watch_status(url: str, interval_s: float = 2.0, api_key: str | None = None) -> int:
-    """Redraw the cluster table with QPS and p99 sparklines every `interval_s` until Ctrl-C; return an exit code."""
+    """Redraw the cluster table with QPS and p99 sparklines every `interval_s` until Ctrl-C; return an exit code.
+
+    Ctrl-C and SIGTERM set a flag the loop checks between reads, rather than raising inside an HTTP read,
+    and are taken even where they were inherited as ignored (a process started in the background of a
+    script ignores SIGINT, and Python then never raises KeyboardInterrupt: found in CI, a watcher that
+    outlived its test).
+    """
     base = url.rstrip("/")
     console = _console()
     window = max(1, round(interval_s))
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         client = httpx.Client(timeout=5.0, headers=key_headers(api_key))
         with client, Live(console=console, auto_refresh=False) as live:
-            while True:
+            while not stop.is_set():
                 try:
                     cluster = client.get(f"{base}/v1/cluster").raise_for_status().json()
                     history = client.get(f"{base}/v1/cluster/history", params={"window_s": window}).raise_for_status()
@@ -68,9 +78,11 @@ def watch_status(url: str, interval_s: float = 2.0, api_key: str | None = None) 
                     live.update(Group(table, history_text(history.json()), stamp), refresh=True)
                 except httpx.HTTPError as exc:
                     live.update(Text(f"cannot read {base}/v1/cluster: {exc}", style="red"), refresh=True)
-                time.sleep(interval_s)
-    except KeyboardInterrupt:
-        return 0
+                stop.wait(interval_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
 
 
 def show_status(url: str, api_key: str | None = None) -> int:

@@ -159,3 +159,42 @@ def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_pat
     for backend in cluster.workers:
         assert backend in text
     assert "QPS" in text and "p99" in text
+
+
+@pytest.mark.parametrize("stop_with", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_status_watch_stops_cleanly_even_when_started_with_ctrl_c_ignored(
+    cluster: ObservedCluster, tmp_path: Path, stop_with: signal.Signals
+) -> None:
+    # A script's background job inherits SIGINT ignored; Python then never raises KeyboardInterrupt, and a
+    # watcher stopped with Ctrl-C ran on for ever (seen in CI). SIGTERM used to kill it without its last frame.
+    out = tmp_path / "watch.txt"
+    before = _history_reads(cluster)
+    with out.open("w") as sink:
+        watch = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "depthserve",
+                "status",
+                "--watch",
+                "--interval",
+                "0.5",
+                "--url",
+                cluster.gateway_url,
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 - only a signal
+        )
+        try:
+            deadline = time.monotonic() + 60.0
+            while time.monotonic() < deadline and _history_reads(cluster) < before + 1:
+                time.sleep(0.2)
+        finally:
+            watch.send_signal(stop_with)
+            try:
+                code = watch.wait(20)
+            finally:
+                watch.kill()
+    assert code == 0, out.read_text()
+    assert all(backend in out.read_text() for backend in cluster.workers)  # its last frame was drawn
