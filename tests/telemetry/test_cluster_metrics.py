@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -125,32 +126,32 @@ def _history_reads(cluster: ObservedCluster) -> float:
     return value(parsed, "depthserve_gateway_requests_total", route="/v1/cluster/history")
 
 
+def _watcher(cluster: ObservedCluster, sink: IO[str], ctrl_c_ignored: bool = False) -> subprocess.Popen[bytes]:
+    """`depthserve status --watch` on the cluster, redrawing every 0.5 s, its output in `sink`."""
+    command = [sys.executable, "-m", "depthserve", "status", "--watch", "--interval", "0.5"]
+    command += ["--url", cluster.gateway_url]
+    # A script's background job inherits SIGINT ignored: `ctrl_c_ignored` starts the watcher that way.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ctrl_c_ignored else None
+    return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, preexec_fn=ignore)  # noqa: PLW1509
+
+
+def _wait_for_history_reads(cluster: ObservedCluster, at_least: float) -> None:
+    """Wait (bounded) until the gateway answered `at_least` history reads, not a fixed sleep: on a loaded
+    machine a watcher's start alone takes seconds."""
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline and _history_reads(cluster) < at_least:
+        time.sleep(0.2)
+
+
 def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_path: Path) -> None:
     out = tmp_path / "watch.txt"
     before = _history_reads(cluster)  # the cluster is shared: earlier tests read the history too
     with out.open("w") as sink:
-        watch = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "depthserve",
-                "status",
-                "--watch",
-                "--interval",
-                "0.5",
-                "--url",
-                cluster.gateway_url,
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+        watch = _watcher(cluster, sink)
         try:
             cluster.send(5)
-            # Off a terminal rich draws only the last frame, at exit: wait (bounded) until the watcher has
-            # fetched the history twice, not a fixed sleep: on a loaded machine its start alone takes seconds.
-            deadline = time.monotonic() + 60.0
-            while time.monotonic() < deadline and _history_reads(cluster) < before + 2:
-                time.sleep(0.2)
+            # Off a terminal rich draws only the last frame, at exit: wait until it fetched the history twice.
+            _wait_for_history_reads(cluster, before + 2)
         finally:
             watch.send_signal(signal.SIGINT)
             code = watch.wait(20)
@@ -165,31 +166,14 @@ def test_status_watch_shows_every_backend_live(cluster: ObservedCluster, tmp_pat
 def test_status_watch_stops_cleanly_even_when_started_with_ctrl_c_ignored(
     cluster: ObservedCluster, tmp_path: Path, stop_with: signal.Signals
 ) -> None:
-    # A script's background job inherits SIGINT ignored; Python then never raises KeyboardInterrupt, and a
-    # watcher stopped with Ctrl-C ran on for ever (seen in CI). SIGTERM used to kill it without its last frame.
+    # Python never raises KeyboardInterrupt where SIGINT was inherited ignored, and a watcher stopped with
+    # Ctrl-C ran on for ever (seen in CI). SIGTERM used to kill it without its last frame.
     out = tmp_path / "watch.txt"
     before = _history_reads(cluster)
     with out.open("w") as sink:
-        watch = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "depthserve",
-                "status",
-                "--watch",
-                "--interval",
-                "0.5",
-                "--url",
-                cluster.gateway_url,
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 - only a signal
-        )
+        watch = _watcher(cluster, sink, ctrl_c_ignored=True)
         try:
-            deadline = time.monotonic() + 60.0
-            while time.monotonic() < deadline and _history_reads(cluster) < before + 1:
-                time.sleep(0.2)
+            _wait_for_history_reads(cluster, before + 1)
         finally:
             watch.send_signal(stop_with)
             try:
