@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 DEST=${1:-.whl}
 PACKAGES=(pydantic pydantic-core pydantic-settings annotated-types typing-inspection typing-extensions python-dotenv
-  typer rich tritonclient python-rapidjson grpcio grpcio-health-checking protobuf redis dnspython)
+  typer rich tritonclient python-rapidjson grpcio grpcio-health-checking protobuf redis dnspython aetcd)
 pins=$("$PY" -c 'import sys, importlib.metadata as m; print(" ".join(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' \
   "${PACKAGES[@]}")
 mkdir -p "$DEST"
