@@ -269,3 +269,81 @@ async def test_without_batching_an_image_still_runs_before_video_frames_queued_e
     await asyncio.gather(running, image, *frames)
     assert runner.batches == [[0], [9], [1], [2]]  # one at a time, the image first (the fast path keeps ranks)
     batcher.close()
+
+
+class SteppedRunner:
+    """Finishes each batch only when the test releases that batch, so a staged batch can wait behind another."""
+
+    platform = "test"
+    max_batch = 8
+    cheap_prepare = True
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def compute_batch(self, batch: list[Prepared]) -> list[Outputs | Exception]:
+        self.batches.append([int(p.outputs["tag"]) for p in batch])
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return [p.outputs for p in batch]
+
+
+def pipelined(runner: SteppedRunner, clock: FakeClock, max_batch: int = 8) -> Batcher:
+    """A batcher in front of a GPU's pipeline: one batch computes, one more may be staged behind it."""
+    stats = BatchStats()
+    key = batch_key(item(0))
+    for n, seconds in ((1, 0.04), (8, 0.25)):  # t(n) = 10 ms + 30 ms an item
+        stats.measured(key, n, seconds)
+    return Batcher(runner, DeviceQueue(64, slots=2), FixedPolicy(0.0), max_batch=max_batch, max_batch_pixels=10**9,
+                   queue_limit=64, clock=clock, stats=stats, computing=1)  # fmt: skip
+
+
+async def test_a_staged_batch_stays_open_for_arrivals_until_the_device_is_about_to_free() -> None:
+    clock, runner = FakeClock(), SteppedRunner()
+    batcher = pipelined(runner, clock)
+    first = asyncio.ensure_future(batcher.run(item(0)))  # computes at once, predicted 40 ms
+    await settle()
+    clock.advance(0.01)
+    waiting = [asyncio.ensure_future(batcher.run(item(n))) for n in (1, 2)]
+    await settle()
+    assert runner.batches == [[0]] and batcher.waiting == 2  # not staged at the first arrival: more may come
+    clock.advance(0.015)
+    waiting.append(asyncio.ensure_future(batcher.run(item(3))))
+    await settle()
+    assert runner.batches == [[0]]
+    clock.advance(0.01)  # 35 ms in: a fifth of the 40 ms predicted is left, time to stage the next batch
+    batcher.pump()
+    await settle()
+    assert runner.batches == [[0], [1, 2, 3]] and batcher.waiting == 0
+    clock.advance(0.015)
+    runner.gates[0].set()
+    await first
+    clock.advance(0.1)
+    runner.gates[1].set()
+    await asyncio.gather(*waiting)
+    assert batcher.batch_seconds.sum == pytest.approx(0.05 + 0.1)  # the staged batch timed from the first's end
+    batcher.close()
+
+
+async def test_a_staged_batch_starts_at_once_when_full_or_when_the_device_frees_early() -> None:
+    clock, runner = FakeClock(), SteppedRunner()
+    batcher = pipelined(runner, clock, max_batch=2)
+    first = asyncio.ensure_future(batcher.run(item(0)))
+    await settle()
+    full = [asyncio.ensure_future(batcher.run(item(n))) for n in (1, 2)]
+    await settle()
+    assert runner.batches == [[0], [1, 2]]  # full: nothing more could join it
+    runner.gates[0].set()
+    await first
+    lone = asyncio.ensure_future(batcher.run(item(3)))
+    await settle()
+    assert runner.batches == [[0], [1, 2]]  # [1, 2] computes; [3] may wait for company
+    runner.gates[1].set()  # long before the predicted 70 ms
+    await asyncio.gather(*full)
+    await settle()
+    assert runner.batches == [[0], [1, 2], [3]]  # the device is free: no waiting on a prediction
+    runner.gates[2].set()
+    await lone
+    batcher.close()
