@@ -18,6 +18,7 @@ import datetime
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,7 @@ def serve(run: Run, args: argparse.Namespace, model: Any, work: Any, precision: 
                  "--queue-limit", str(4 * args.clients), "--warmup-levels", str(args.level)]  # fmt: skip
         if args.device == "cpu":
             extra += ["--threads", "1"]
+        extra += [word for arg in args.worker_arg for word in arg.split()]
         proc, address, metrics_url = gpu_serve.start_worker(folder, ["--model", "vitl14", "--checkpoint",
                                                                      str(checkpoint)], extra)  # fmt: skip
         try:
@@ -130,15 +132,16 @@ def serve(run: Run, args: argparse.Namespace, model: Any, work: Any, precision: 
             if gpu is not None and shutil.which("nvidia-smi"):
                 observe = lambda: gpu_serve.compare_nvml(metrics_url, gpu)  # noqa: E731
             sat, nvml = asyncio.run(gpu_serve.saturate(address, request, args.clients, args.serve_seconds,
-                                                       args.warm_seconds, observe))  # fmt: skip
+                                                       args.warm_seconds, observe, metrics_url))  # fmt: skip
             metrics = gpu_serve.scrape(metrics_url)
         finally:
             code = proc.stop()
         log = proc.output()
+        depth = re.search(r"pipeline (\d+) batches in flight", log)  # the worker's own start-up line
         run.result["serve"] = {"precision": precision, "clients": args.clients, "max_batch": max_batch,
                                "low_load": low.summary(), "saturation": sat.summary(), "worker_exit": code,
                                "warmup_s": metrics.get("depthserve_worker_warmup_seconds"),
-                               "pipeline_depth": 2 if args.device.startswith("cuda") else 1,
+                               "pipeline_depth": int(depth.group(1)) if depth else 1,
                                "worker_log_tail": log.splitlines()[-12:]}  # fmt: skip
         run.result["nvml"] = nvml or {"skipped": "no GPU or no nvidia-smi"}
         if sat.errors or low.errors:
@@ -235,6 +238,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--serve-seconds", type=float, default=30.0)
     parser.add_argument("--warm-seconds", type=float, default=8.0)
     parser.add_argument("--latency-requests", type=int, default=30)
+    parser.add_argument("--worker-arg", action="append", default=[],
+                        help="more worker flags for the gRPC run, e.g. --worker-arg '--pipeline-depth 3'")  # fmt: skip
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting sweep cells after this")
     parser.add_argument("--reserve-s", type=float, default=25.0, help="time kept back for writing the results")

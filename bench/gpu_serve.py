@@ -39,6 +39,7 @@ class Served:
     latencies: list[float] = field(default_factory=list)
     reports: list[LoadReport] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    batches: tuple[float, float] | None = None  # (batches run, items in them) over the window, from /metrics
 
     def summary(self) -> dict[str, Any]:
         """Images per second, latency percentiles, mean batch and the failures, for the report."""
@@ -48,6 +49,10 @@ class Served:
             return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
 
         batches = [report.batch_size for report in self.reports if report.batch_size]
+        if self.batches is not None and self.batches[0] > 0:  # every batch once, not the last one per reply
+            mean_batch = self.batches[1] / self.batches[0]
+        else:
+            mean_batch = statistics.fmean(batches) if batches else math.nan
         return {
             "requests": len(self.latencies),
             "errors": len(self.errors),
@@ -55,7 +60,8 @@ class Served:
             "images_per_s": len(self.latencies) / self.seconds if self.seconds else 0.0,
             "p50_ms": pct(0.5),
             "p99_ms": pct(0.99),
-            "mean_batch": statistics.fmean(batches) if batches else math.nan,
+            "mean_batch": mean_batch,
+            "batches": self.batches[0] if self.batches is not None else None,
             "gpu_util_mean": statistics.fmean(r.gpu_util for r in self.reports) if self.reports else math.nan,
             "busy_mean": statistics.fmean(r.busy for r in self.reports) if self.reports else math.nan,
         }
@@ -109,9 +115,18 @@ async def low_load(address: str, request: pb.ModelInferRequest, count: int) -> S
 
 
 async def saturate(
-    address: str, request: pb.ModelInferRequest, clients: int, seconds: float, warm_s: float, during: Any = None
+    address: str,
+    request: pb.ModelInferRequest,
+    clients: int,
+    seconds: float,
+    warm_s: float,
+    during: Any = None,
+    metrics_url: str | None = None,
 ) -> tuple[Served, Any]:
-    """`clients` closed-loop clients for `warm_s` then `seconds`; `during()` (blocking) runs in a thread mid-run."""
+    """`clients` closed-loop clients for `warm_s` then `seconds`; `during()` (blocking) runs in a thread mid-run.
+
+    With `metrics_url`, the worker's batch-size histogram is read at both ends of the window: its mean batch.
+    """
     run = Served()
     async with grpc.aio.insecure_channel(address, options=_channel_options()) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
@@ -131,10 +146,14 @@ async def saturate(
         tasks = [asyncio.create_task(client()) for _ in range(clients)]
         await asyncio.sleep(warm_s)
         measuring, started = True, time.perf_counter()
+        before = await asyncio.to_thread(batch_counts, metrics_url) if metrics_url else None
         await asyncio.sleep(seconds / 2)
         observed = await asyncio.to_thread(during) if during is not None else None
         await asyncio.gather(*tasks)
         run.seconds = time.perf_counter() - started
+        if before is not None and metrics_url:
+            after = await asyncio.to_thread(batch_counts, metrics_url)
+            run.batches = (after[0] - before[0], after[1] - before[1])
     return run, observed
 
 
@@ -152,6 +171,12 @@ def scrape(url: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             values.setdefault(name.split("{")[0], float(value))
     return values
+
+
+def batch_counts(url: str) -> tuple[float, float]:
+    """Batches the worker has run and the requests in them, from its batch-size histogram."""
+    metrics = scrape(url)
+    return metrics["depthserve_worker_batch_size_count"], metrics["depthserve_worker_batch_size_sum"]
 
 
 SMI_FIELDS = "utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw,clocks.sm"
