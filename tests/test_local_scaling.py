@@ -46,7 +46,13 @@ async def test_up_autoscale_follows_a_load_step_and_loses_nothing(tmp_path: Path
     grown = timeline.first(burst, lambda s: s.serving == 4)
     assert grown is not None and grown.t < calm, "the pool did not reach 4 workers during the burst"
     shrink = timeline.first(grown.t, lambda s: s.desired < 4)
-    assert shrink is not None and shrink.t >= calm + DOWN_WINDOW_S  # not before the quiet window had passed
+    assert shrink is not None, "the pool did not shrink after the burst"
+    # Not before the gateway's own signal had asked for fewer for the quiet window. Judged by what the
+    # gateway saw, not by the offered schedule: a generator starved for seconds mid-burst (a loaded CI
+    # machine) really is quiet to the gateway, and shrinking then is right. The signal is sampled every
+    # 0.25 s, so the last reading that asked for 4 may be up to that much before the last such wish.
+    wanted_4 = timeline.last(shrink.t, lambda s: s.recommended == 4)
+    assert wanted_4 is not None and shrink.t - wanted_4.t >= DOWN_WINDOW_S - timeline.interval_s
     assert timeline.samples[-1].serving == 1 == timeline.samples[-1].listed  # the others drained and left
     changes = run.scaler_changes()
     assert changes[0][0] == 1 and max(b for _, b in changes) == 4 and changes[-1][1] == 1

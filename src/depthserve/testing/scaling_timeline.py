@@ -20,6 +20,7 @@ class Sample:
     demand: float
     waiting: int
     completions_per_s: float
+    recommended: int  # the rule's count at this reading, before the stabiliser's windows
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Timeline:
                             pool["demand"],
                             pool["waiting"],
                             pool["completions_per_s"],
+                            pool["recommended"],
                         )
                     )
                 await asyncio.sleep(self.interval_s)
@@ -59,6 +61,11 @@ class Timeline:
         """The first sample at or after `since` (seconds) that satisfies `check(sample)`."""
         assert callable(check)
         return next((s for s in self.samples if s.t >= since and check(s)), None)
+
+    def last(self, before: float, check: object) -> Sample | None:
+        """The last sample before `before` (seconds) that satisfies `check(sample)`."""
+        assert callable(check)
+        return next((s for s in reversed(self.samples) if s.t < before and check(s)), None)
 
     def changes(self) -> list[Sample]:
         """The samples where the serving count or the desired count changed: the timeline's events."""
