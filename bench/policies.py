@@ -209,7 +209,15 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument(
+        "--ports",
+        help="the four workers' ports (default: free ones). IP hash's ring is drawn from the workers' addresses: "
+        "50461,50462,50463,50464 gives the ring of the simulator's four_workers scenario",
+    )
     args = parser.parse_args()
+    ports = [int(port) for port in args.ports.split(",")] if args.ports else [None] * len(SPEEDS)
+    if len(ports) != len(SPEEDS):
+        parser.error(f"--ports: {len(SPEEDS)} ports, one per worker")
     service_s = [args.service_ms / 1000.0 / speed for speed in SPEEDS]
     capacity = sum(1.0 / s for s in service_s)
     body = png_bytes(seeded_image(64, 64))
@@ -236,6 +244,7 @@ def main() -> None:
                     str(index),
                     "--queue-limit",
                     "256",
+                    port=ports[index],
                     name=f"worker{index}",
                 )
                 workers.append(proc)

@@ -39,3 +39,17 @@ def test_capacity_counts_full_batches_at_each_kinds_speed() -> None:
     per_speed = 4 / ((20 + 5 * 4) / 1000)  # 100 requests a second at speed 1
     assert scenario.capacity_rps() == pytest.approx(per_speed * (2 * 2.0 + 4 * 0.25))
     assert scenario.rate_at(0.5) == pytest.approx(0.5 * scenario.capacity_rps())
+
+
+def test_fleet_addresses_are_one_per_worker_and_clients_count_up_from_the_first() -> None:
+    from depthserve.sim.world import World
+
+    fleet = [{"kind": "fast", "count": 2, "addresses": ["127.0.0.1:50461", "127.0.0.1:50462"]}, {"kind": "T4"}]
+    scenario = Scenario.model_validate({"fleet": fleet, "arrivals": {"clients": 3, "first_client": "127.0.0.10"}})
+    assert list(World(scenario).workers) == ["127.0.0.1:50461", "127.0.0.1:50462", "t4-0002:50051"]
+    assert [str(scenario.arrivals.first_client + c) for c in range(3)] == ["127.0.0.10", "127.0.0.11", "127.0.0.12"]
+    with pytest.raises(ValueError, match="1 addresses for 2 workers"):
+        Scenario.model_validate({"fleet": [{"kind": "A100", "count": 2, "addresses": ["a:1"]}]})
+    twice = [{"kind": "A100", "count": 1, "addresses": ["a:1"]}, {"kind": "T4", "count": 1, "addresses": ["a:1"]}]
+    with pytest.raises(ValueError, match="two workers at a:1"):
+        World(Scenario.model_validate({"fleet": twice}))

@@ -106,7 +106,8 @@ async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     gc.freeze()  # the world and the gateway built so far live through the run
     world.schedule(loop, lambda worker: None if pool.add(world.spec(worker)) else None)
     stats = RunStats()
-    clients = [f"10.{c // 65536}.{c // 256 % 256}.{c % 256}" for c in range(scenario.arrivals.clients)]
+    first = scenario.arrivals.first_client
+    clients = [str(first + c) for c in range(scenario.arrivals.clients)]
     sessions = scenario.arrivals.sessions
     headers = [{"x-session-id": f"s{c}"} if sessions else {} for c in range(len(clients))]
     slo_ms, warmup, timeout = scenario.slo_s * 1000.0, scenario.warmup_s, scenario.request_timeout_s

@@ -15,6 +15,7 @@ Every field has a default; runs are reproducible from `seed`.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +41,17 @@ class FleetEntry(Strict):
     speed: float | None = Field(None, gt=0, description="relative speed (default: the kind's, else 1)")
     memory_gb: float | None = Field(None, gt=0)
     weight: float | None = Field(None, gt=0, description="static balancing weight (default: its speed)")
+    addresses: list[str] | None = Field(
+        None,
+        description="the workers' host:port, one each (default: KIND-NNNN:50051); where hashing matters, the "
+        "addresses a live cluster uses give the same ring",
+    )
+
+    @model_validator(mode="after")
+    def _one_address_each(self) -> FleetEntry:
+        if self.addresses is not None and len(self.addresses) != self.count:
+            raise ValueError(f"{self.kind}: {len(self.addresses)} addresses for {self.count} workers")
+        return self
 
     def resolved_speed(self) -> float:
         """The entry's speed, or its kind's."""
@@ -81,6 +93,9 @@ class Arrivals(Strict):
     period_s: float = Field(60.0, gt=0, description="diurnal: one day, compressed")
     amplitude: float = Field(0.5, ge=0, lt=1, description="diurnal: rate swings by this share around the mean")
     clients: int = Field(100, ge=1, description="distinct clients (addresses), chosen uniformly")
+    first_client: IPv4Address = Field(
+        IPv4Address("10.0.0.0"), description="the clients' addresses count up from this one (for ip_hash)"
+    )
     sessions: bool = Field(True, description="each client sends its id in x-session-id (for consistent_hash)")
 
 

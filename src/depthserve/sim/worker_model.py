@@ -75,6 +75,7 @@ class SimWorker:
     hung: bool = False  # takes work and health checks, answers nothing
     cut_off: bool = False  # unreachable: calls time out
     ready_at: float = 0.0  # NOT_SERVING until then (warm-up)
+    noise_key: str = ""  # names its random stream (default: its address), so a given address keeps the draws
     queue: deque[Job] = field(default_factory=deque)
     running: list[Job] = field(default_factory=list)
     served: int = 0
@@ -86,7 +87,7 @@ class SimWorker:
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
-        self._rng = random.Random(f"{self.seed}:{self.address}")
+        self._rng = random.Random(f"{self.seed}:{self.noise_key or self.address}")
 
     def submit(self, job: Job, loop: asyncio.AbstractEventLoop) -> bool:
         """Queue a job; False when the queue is full (the worker refuses it for load)."""

@@ -47,9 +47,12 @@ class World:
         kind = GpuKind(entry.kind, entry.resolved_speed(), entry.resolved_memory_gb())
         model = self.scenario.worker
         made = []
-        for _ in range(count):
+        for number in range(count):
             index = len(self.workers)
-            address = f"{entry.kind.lower()}-{index:04d}:50051"
+            name = f"{entry.kind.lower()}-{index:04d}:50051"
+            address = name if entry.addresses is None else entry.addresses[number]
+            if address in self.workers:
+                raise ValueError(f"two workers at {address}: a fleet entry's addresses must be its own")
             worker = SimWorker(
                 address,
                 kind,
@@ -58,6 +61,7 @@ class World:
                 model.queue_limit,
                 self.scenario.seed,
                 ready_at=ready_at,
+                noise_key=name,  # the same draws whatever address the scenario gives it
             )
             self.workers[address] = worker
             self.weights[address] = entry.weight if entry.weight is not None else kind.speed
