@@ -185,11 +185,12 @@ class Batcher:
     def _start(self, batch: list[Waiting]) -> None:
         if not batch:
             return
-        curve = self.stats.curve(batch[0].key)
-        predicted = curve.time(len(batch)) if curve is not None else 0.0
-        now = self.clock()
-        self._free_at = (max(now, self._free_at) if self._batches else now) + predicted
-        self._lead_s = STAGE_LEAD_SHARE * predicted
+        if self._computing is not None and self._device.slots > self._computing:  # staging: predict when it frees
+            curve = self.stats.curve(batch[0].key)
+            predicted = curve.time(len(batch)) if curve is not None else 0.0
+            now = self.clock()
+            self._free_at = (max(now, self._free_at) if self._batches else now) + predicted
+            self._lead_s = STAGE_LEAD_SHARE * predicted
         self.running += len(batch)
         self.last_batch_size = len(batch)
         self.batch_sizes.observe(len(batch))
