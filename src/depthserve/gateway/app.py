@@ -37,6 +37,7 @@ from depthserve.gateway.metrics import GatewayMetrics, RequestMetrics
 from depthserve.gateway.oip.grpc_service import start_grpc
 from depthserve.gateway.oip.rest import oip_routes
 from depthserve.gateway.oip.service import OipService
+from depthserve.gateway.processes.drains import apply_recorded_drains, drained_addresses
 from depthserve.gateway.processes.peers import Handler, PeerServer
 from depthserve.gateway.processes.share import ProcessShare
 from depthserve.gateway.upstream import discovery_sync
@@ -101,6 +102,8 @@ def create_app(settings: GatewaySettings, share: ProcessShare | None = None) -> 
     """
     core = GatewayCore.build(settings, share=share)
     pool, dispatcher, edge, forwarder = core.pool, core.dispatcher, core.edge, core.forwarder
+    if share is not None:
+        pool.recorded_drains = lambda: drained_addresses(share)
     videos = VideoShare(settings, pool.concurrency)  # videos at once, and their frames' share of admission
     oip = OipService(pool, dispatcher, forwarder)
     metrics = GatewayMetrics(settings, pool, dispatcher, edge)
@@ -120,8 +123,9 @@ def create_app(settings: GatewaySettings, share: ProcessShare | None = None) -> 
         serves_grpc = share is None or share.index == 0  # gRPC cannot serve a socket bound once: one process
         grpc_server = await start_grpc(oip, edge, metrics) if serves_grpc else None  # on this event loop
         siblings = None if share is None else PeerServer(share, sibling_handlers(app, metrics))
-        if siblings is not None:
+        if siblings is not None and share is not None:
             await siblings.start()
+            apply_recorded_drains(pool, share)  # drains sent before this process could hear them
         # What start-up made lives as long as the process: out of the collector's sight, a full collection
         # walks only what requests make. Measured under overload: a 95 ms gen-2 pause before, none after.
         gc.freeze()

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
 from depthserve.gateway.http.access import RouteAccess
+from depthserve.gateway.processes.drains import record_drain
 from depthserve.gateway.processes.gather import merge_cluster
 from depthserve.gateway.processes.peers import ask_siblings
 from depthserve.gateway.processes.share import ProcessShare
@@ -126,5 +127,6 @@ async def drain(request: Request) -> Response:
         return JSONResponse({"error": f"no backend {address!r}", "reason": "unknown_backend"}, 404)
     share: ProcessShare | None = getattr(request.app.state, "share", None)
     if share is not None:  # every process balances on its own view: each one stops sending there
+        record_drain(share, address, action == "drain")  # for a process starting now or restarted later
         await ask_siblings(share, "drain", address, action)
     return JSONResponse(backend.describe(pool.clock(), 0.0, backend.spec.weight or 1.0))

@@ -73,6 +73,9 @@ class BackendPool:
             settings.panic_threshold_percent,
             settings.slow_start_s,
         )
+        # Addresses an operator drained gateway-wide (a gateway of several processes records them): a backend
+        # added later starts drained, whichever process adds it.
+        self.recorded_drains: Callable[[], frozenset[str]] = frozenset
         self.outcome_listeners: list[OutcomeListener] = []  # told how every call ended (latency windows, policies)
         self.routes = VersionSplitter.from_config(settings.versions, settings.version_seed)
         for text in settings.backends:
@@ -108,6 +111,7 @@ class BackendPool:
             stats = BackendStats(alpha=self._settings.ewma_alpha, peak_decay_s=self._settings.peak_decay_s)
             backend = Backend(spec, self._transports(spec), stats)
             backend.health.on_change = self.tables.changed
+            backend.drained = spec.address in self.recorded_drains()
             self.backends[spec.address] = backend
             log.info("backend %s added (%s, model %s, version %s)", spec.address, spec.source, spec.model, spec.version)
             self.tables.changed()
