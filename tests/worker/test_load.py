@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from depthserve.protocol.load_report import LoadReport
+from depthserve.protocol.load_report import METADATA_KEY, LoadReport
 from depthserve.settings import WorkerSettings
 from depthserve.telemetry.accelerator import CachedProbe, NvmlReader, read_process
 from depthserve.testing.fake_nvml import FakeGpu, FakeNvml
 from depthserve.testing.fakes import FakeClock
 from depthserve.worker.batching.batcher import make_batcher
 from depthserve.worker.device_queue import DeviceQueue
-from depthserve.worker.load import LoadReporter
+from depthserve.worker.load import REFRESH_S, LoadReporter
 from depthserve.worker.metrics import worker_registry
 from depthserve.worker.runners.synthetic import SyntheticRunner
 from depthserve.worker.servicer import WorkerState
@@ -65,3 +66,14 @@ def test_cpu_reports_leave_power_and_clock_unknown() -> None:
     values = metric_values(reporter, settings)
     assert math.isnan(values["depthserve_worker_gpu_power_watts"])
     assert math.isnan(values["depthserve_worker_gpu_sm_clock_hertz"])
+
+
+def test_a_reply_carries_the_queue_as_it_is_and_the_rest_at_most_refresh_s_old() -> None:
+    reporter, _ = reporter_for(CachedProbe(read_process), DeviceQueue(8))
+    ((key, text),) = reporter.metadata()
+    assert key == METADATA_KEY and reporter.metadata() == ((key, text),)  # unchanged figures: the same text
+    reporter._batcher.running = 3  # a batch of three started since: the next reply says so at once
+    assert LoadReport.decode(reporter.metadata()[0][1]).running == 3
+    written = LoadReport.decode(reporter.metadata()[0][1]).ts
+    time.sleep(REFRESH_S * 2)
+    assert LoadReport.decode(reporter.metadata()[0][1]).ts > written  # the slow figures are written anew

@@ -37,7 +37,15 @@ class DeviceQueue:
 
     @asynccontextmanager
     async def slot(self, items: int = 1) -> AsyncIterator[None]:
-        """Wait in line for the device and hold it for the body of the `async with` (a batch of `items`).
+        """Wait in line for the device and hold it for the body of the `async with` (a batch of `items`)."""
+        await self.acquire(items)
+        try:
+            yield
+        finally:
+            self.release(items)
+
+    async def acquire(self, items: int = 1) -> None:
+        """Wait in line for the device and hold it for a batch of `items`; `release(items)` must follow.
 
         Hand-off semantics: a releasing holder gives the device straight to the oldest live waiter, and a
         waiter cancelled (a gRPC deadline) after being handed it passes it on, so order is strictly FIFO.
@@ -63,17 +71,17 @@ class DeviceQueue:
         if self._busy_since is None:
             self._busy_since = self._clock()
         self.running += items
-        try:
-            yield
-        finally:
-            end = self._clock()
-            begin = self._busy_since if self._busy_since is not None else end
-            self._busy.append((begin, end, items))  # the busy time since the last record, so overlaps count once
-            self._busy_total += end - begin
-            self._busy_items += items
-            self.running -= items
-            self._busy_since = end if self.running else None
-            self._hand_over()
+
+    def release(self, items: int = 1) -> None:
+        """End a hold of `items` begun by `acquire`: record its busy time and hand the device on."""
+        end = self._clock()
+        begin = self._busy_since if self._busy_since is not None else end
+        self._busy.append((begin, end, items))  # the busy time since the last record, so overlaps count once
+        self._busy_total += end - begin
+        self._busy_items += items
+        self.running -= items
+        self._busy_since = end if self.running else None
+        self._hand_over()
 
     def _hand_over(self) -> None:
         while self._waiters:

@@ -94,6 +94,10 @@ class Batcher:
             raise TimeoutError("deadline passed before the request was queued; not computed")
         key = batch_key(prepared)
         item = Waiting(prepared, key, now, deadline, asyncio.get_running_loop().create_future())
+        if self.max_batch == 1 and not self._queue and len(self._batches) < self._device.slots:
+            self.stats.arrived(key, now)
+            self._start([item])  # a free slot and nothing queued: what pump() would start, without the queue's round
+            return await item.future
         self._queue.add(item, low, high)
         self.stats.arrived(key, now)
         try:
@@ -104,6 +108,8 @@ class Batcher:
 
     def pump(self) -> None:
         """Fail expired requests, start every batch the policy wants now, and set a timer for the next look."""
+        if not self._queue:
+            return  # nothing waits: nothing to fail, start or wake for (every lone request's batch ends here)
         now = self.clock()
         for item in self._queue.expired(now):
             if not item.future.done():
@@ -201,7 +207,8 @@ class Batcher:
     async def _run_batch(self, batch: list[Waiting]) -> None:
         results: list[Outputs | Exception] | None = None
         try:
-            async with self._device.slot(items=len(batch)):
+            await self._device.acquire(len(batch))  # a plain hold, not `async with slot()`: it runs for every batch
+            try:
                 self._on_computed(len(batch))
                 started = self.clock()
                 results, whole = await compute_batch(self._runner, [item.prepared for item in batch])
@@ -213,6 +220,8 @@ class Batcher:
                 self.batch_seconds.observe(elapsed)
                 if whole:
                     self.stats.measured(batch[0].key, len(batch), elapsed)
+            finally:
+                self._device.release(len(batch))
         except Exception as exc:  # noqa: BLE001 - a batcher bug must still answer every caller
             log.exception("batch failed outside the model")
             results = [exc] * len(batch)
