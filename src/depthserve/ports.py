@@ -40,6 +40,11 @@ def check_free(host: str, port: int | None, flag: str) -> None:
         listen_exclusive(host, port, flag, backlog=1).close()
 
 
+def taken(host: str, port: int, flag: str = "--port") -> PortUnavailable:
+    """The error for a port another process bound after `check_free` passed (a server's own bind failed)."""
+    return PortUnavailable(_in_use_message(host, port, flag, OSError(errno.EADDRINUSE, "in use")))
+
+
 def _in_use_message(host: str, port: int, flag: str, exc: OSError) -> str:
     if exc.errno == errno.EACCES:
         return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need root); choose another {flag}"

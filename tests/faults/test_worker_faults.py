@@ -55,6 +55,9 @@ def report(name: str, stats: LoadStats, url: str, **extra: object) -> None:
         f"\n{name}: sent {stats.sent}, ok {stats.ok}, failed {stats.failed} {dict(stats.by_status)}, "
         f"mixed up {stats.mixed_up}, retries {view['retries']} (refused {view['retries_refused']})",
         " ".join(f"{k} {v}" for k, v in extra.items()),
+        # Where the replies came from and how each backend ends: a backend out of rotation shows here.
+        "\nreplies by backend:",
+        ", ".join(f"{b['address']} {stats.backends[b['address']]} ({b['state']})" for b in view["backends"]),
     )
 
 

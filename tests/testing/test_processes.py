@@ -1,4 +1,5 @@
-"""Test helpers' child processes: a test run killed outright leaves no worker or gateway behind."""
+"""Test helpers' child processes: a test run killed outright leaves no worker or gateway behind, and a server a
+test starts is its own, not another test's on the same port."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+import pytest
+
 from depthserve.parent_death import PARENT_PID_ENV
-from depthserve.testing.processes import pid_alive
+from depthserve.probes import free_port, grpc_serving
+from depthserve.testing import processes
+from depthserve.testing.processes import holds_listener, pid_alive, start_gateway, start_worker
 
 PARENT = """
 import sys, time
@@ -85,3 +91,46 @@ def test_the_request_is_not_passed_on_to_grandchildren() -> None:
     env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"  # else a worker's own children would stop at once
+
+
+def test_a_worker_is_told_apart_by_the_listener_it_holds(tmp_path: Path) -> None:
+    (one, one_address), (two, two_address) = start_worker(tmp_path, name="one"), start_worker(tmp_path, name="two")
+    try:
+        ports = [int(address.rsplit(":", 1)[1]) for address in (one_address, two_address)]
+        assert holds_listener(one.pid, ports[0]) and holds_listener(two.pid, ports[1])
+        assert not holds_listener(one.pid, ports[1]) and not holds_listener(two.pid, ports[0])
+    finally:
+        one.stop()
+        two.stop()
+
+
+def test_a_port_another_test_took_first_is_replaced_not_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two test processes can be handed the same free port: the one that binds second must not count the other's
+    server as its own (a gateway in front of it lost a backend when the other test ended)."""
+    foreign, foreign_address = start_worker(tmp_path, name="foreign")
+    taken = int(foreign_address.rsplit(":", 1)[1])
+    handed: list[int] = []  # the race, made certain: the kernel hands out a port another server took since
+
+    def racing_free_port() -> int:
+        return handed.pop() if handed else free_port()
+
+    monkeypatch.setattr(processes, "free_port", racing_free_port)
+    try:
+        handed.append(taken)
+        worker, address = start_worker(tmp_path, name="ours")
+        try:
+            assert address != foreign_address and holds_listener(worker.pid, int(address.rsplit(":", 1)[1]))
+            assert "the port is in use" in (tmp_path / f"ours-{taken}.log").read_text()
+            handed.append(taken)
+            gateway, url = start_gateway(tmp_path, [address])
+            try:
+                assert url != f"http://127.0.0.1:{taken}"
+                assert "the port is in use" in (tmp_path / f"gateway-{taken}.log").read_text()
+                assert httpx.get(f"{url}/v1/cluster", timeout=5).json()["backends"][0]["address"] == address
+            finally:
+                gateway.stop()
+        finally:
+            worker.stop()
+        assert grpc_serving(foreign_address)  # the other test's worker was left alone
+    finally:
+        foreign.stop()

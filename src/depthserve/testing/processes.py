@@ -15,6 +15,9 @@ from depthserve.parent_death import PARENT_PID_ENV
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status
 
 PROCESSES_ENV = "DEPTHSERVE_TEST_GATEWAY_PROCESSES"  # run test gateways with this many processes
+PORT_IN_USE = "the port is in use"  # what a server that lost its port to another process exits with (ports.py)
+PORT_TRIES = 3
+TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
 
 
 class Proc:
@@ -85,15 +88,33 @@ def wait_until(check: object, proc: Proc, timeout: float = 60.0) -> None:
 
 def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str = "worker") -> tuple[Proc, str]:
     """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address."""
-    port = port or free_port()
-    args = ["worker", "--port", str(port), *extra]
+    args = [*extra]
     for flag, default in (("--model", "synthetic"), ("--synthetic-ms", "0")):
         if flag not in extra:
             args += [flag, default]
-    proc = Proc(args, log_dir / f"{name}-{port}.log")
-    address = f"127.0.0.1:{port}"
-    _ready_or_killed(proc, lambda: grpc_serving(address))
-    return proc, address
+
+    def start(chosen: int) -> tuple[Proc, str]:
+        proc = Proc(["worker", "--port", str(chosen), *args], log_dir / f"{name}-{chosen}.log")
+        address = f"127.0.0.1:{chosen}"
+        _ready_or_killed(proc, lambda: grpc_serving(address) and holds_listener(proc.pid, chosen))
+        return proc, address
+
+    return start(port) if port else _on_a_free_port(start)
+
+
+def _on_a_free_port(start: Callable[[int], tuple[Proc, str]]) -> tuple[Proc, str]:
+    """Start a server on a port free now; if another process took it before ours bound it, on another one.
+
+    Tests in parallel processes each ask the kernel for a free port, and two can be given the same one
+    between asking and binding: the loser exits saying the port is in use, and the winner is not ours.
+    """
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return start(free_port())
+        except RuntimeError as exc:
+            if PORT_IN_USE not in str(exc):
+                raise
+    return start(free_port())
 
 
 def start_gateway(
@@ -106,21 +127,22 @@ def start_gateway(
     With DEPTHSERVE_TEST_GATEWAY_PROCESSES=N in the environment, a gateway not told otherwise runs N processes
     (so the suites that check limits can be run against a gateway of several).
     """
-    port = free_port()
     processes = os.environ.get(PROCESSES_ENV)
     if processes and "--processes" not in extra:
         extra = (*extra, "--processes", processes)
-    proc = Proc(
-        ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra],
-        log_dir / f"gateway-{port}.log",
-        env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    if wait_ready:
-        _ready_or_killed(proc, lambda: http_ready(url))
-    else:
-        _ready_or_killed(proc, lambda: http_status(url, "/healthz") == 200)
-    return proc, url
+
+    def start(port: int) -> tuple[Proc, str]:
+        proc = Proc(
+            ["gateway", "--port", str(port), "--backends", ",".join(backends), *extra],
+            log_dir / f"gateway-{port}.log",
+            env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        answers = (lambda: http_ready(url)) if wait_ready else (lambda: http_status(url, "/healthz") == 200)
+        _ready_or_killed(proc, lambda: answers() and holds_listener(proc.pid, port))
+        return proc, url
+
+    return _on_a_free_port(start)
 
 
 def _ready_or_killed(proc: Proc, check: Callable[[], bool]) -> None:
@@ -152,6 +174,30 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def holds_listener(pid: int, port: int) -> bool:
+    """Whether process `pid` (or a descendant) listens on TCP `port`: the server answering there is ours.
+
+    A health check alone cannot tell: another test's server may have been given the same port.
+    """
+    sockets = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    for member in (pid, *descendants(pid)) if sockets else ():
+        with suppress(OSError):
+            for fd in os.listdir(f"/proc/{member}/fd"):
+                with suppress(OSError):
+                    if os.readlink(f"/proc/{member}/fd/{fd}") in sockets:
+                        return True
+    return False
 
 
 def pid_alive(pid: int) -> bool:

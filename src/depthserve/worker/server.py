@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from tritonclient.grpc import service_pb2 as pb
 
+from depthserve.ports import taken
 from depthserve.protocol.depth_api import DepthInputs
 from depthserve.protocol.reply_wire import add_inference_service
 from depthserve.settings import WorkerSettings
@@ -110,10 +111,13 @@ class Worker:
         """Bind and start serving (not ready yet), then load and warm the model."""
         address = f"{self.settings.host}:{self.settings.port}"
         credentials = server_credentials(self.settings)
-        if credentials is None:
-            self.port = self.server.add_insecure_port(address)
-        else:
-            self.port = self.server.add_secure_port(address, credentials)
+        try:
+            if credentials is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, credentials)
+        except RuntimeError:  # grpc's "Failed to bind": the port was free at start-up, another process took it since
+            raise taken(self.settings.host, self.settings.port) from None
         for service in ("", OIP_SERVICE, self.settings.name):
             await self.health.set(service, NOT_SERVING)
         await self.server.start()
