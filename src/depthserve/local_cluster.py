@@ -24,7 +24,7 @@ from depthserve.cluster_logs import KEEP, new_log_dir
 from depthserve.discovery.urls import check_url
 from depthserve.local_scaling import WorkerScaler, parse_bounds
 from depthserve.parent_death import PARENT_PID_ENV
-from depthserve.probes import free_port, grpc_serving, http_ready
+from depthserve.probes import free_port, grpc_serving, http_ready, listens
 from depthserve.ready_banner import print_banner
 from depthserve.settings import DEFAULT_MODEL_NAME
 from depthserve.telemetry.gpus import VISIBLE_ENV
@@ -59,6 +59,11 @@ class Child:
     restarts: int = 0
     restart_at: float | None = None
     retiring: bool = False  # the autoscaler is draining it: not restarted when it exits
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.process.pid
 
     def terminate(self) -> None:
         """Ask the child to drain and stop."""
@@ -158,7 +163,8 @@ class LocalCluster:
                     console.print(f"[red]{name} exited with code {child.process.returncode}:[/red]\n{child.tail()}")
                     console.print(f"whole log: {child.log}", soft_wrap=True)
                     return False
-                ready = http_ready(target) if target.startswith("http") else grpc_serving(target)
+                answers = http_ready(target) if target.startswith("http") else grpc_serving(target)
+                ready = answers and listens(child.process.pid, int(target.rsplit(":", 1)[1]))  # not another's server
                 if ready:
                     progress.update(tasks[name], completed=1, description=f"{name} ready")
                     del pending[name]

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 from rich.console import Console
 
-from depthserve.probes import grpc_serving
+from depthserve.probes import grpc_serving, listens
 
 STARTING, SERVING, LEAVING, STOPPING = "starting", "serving", "leaving", "stopping"
 
@@ -30,6 +30,11 @@ class WorkerProcess(Protocol):
 
     name: str
     retiring: bool
+
+    @property
+    def pid(self) -> int:
+        """The process id (the worker holds its port's listener itself)."""
+        ...
 
     def terminate(self) -> None:
         """Ask the worker to drain and stop (SIGTERM)."""
@@ -107,7 +112,7 @@ class WorkerScaler:
         """Move each worker on: warm ones join, let-go ones are signalled, ended ones are forgotten."""
         changed = False
         for worker in list(self.workers):
-            if worker.state == STARTING and grpc_serving(worker.address, timeout=0.5):
+            if worker.state == STARTING and self._serving(worker):
                 worker.state = SERVING
                 changed = True
                 self.console.print(f"autoscale: {worker.process.name} warm at {worker.address}, joining")
@@ -119,6 +124,12 @@ class WorkerScaler:
                 self.console.print(f"autoscale: {worker.process.name} retired")
         if changed:
             self._publish()
+
+    @staticmethod
+    def _serving(worker: Managed) -> bool:
+        """Whether a started worker is warm: its port answers health and is its own (not another program's)."""
+        port = int(worker.address.rsplit(":", 1)[1])
+        return grpc_serving(worker.address, timeout=0.5) and listens(worker.process.pid, port)
 
     def _retire(self, worker: Managed) -> None:
         worker.process.retiring = True

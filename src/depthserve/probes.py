@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from contextlib import suppress
+from pathlib import Path
 
 import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
 
 
 def free_port() -> int:
@@ -37,3 +42,31 @@ def http_status(url: str, path: str, timeout: float = 1.0) -> int | None:
 def http_ready(url: str) -> bool:
     """Whether a gateway's /readyz answers 200."""
     return http_status(url, "/readyz") == 200
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket on `port` (Linux /proc): the server there is that one.
+
+    A health check cannot tell: another process may have taken the port between choosing and binding it.
+    """
+    sockets = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    if not sockets:
+        return False
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in descriptors:
+        with suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+    return False

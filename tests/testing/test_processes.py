@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from depthserve.parent_death import PARENT_PID_ENV
-from depthserve.probes import free_port, grpc_serving
+from depthserve.probes import free_port, grpc_serving, listens
 from depthserve.testing import processes
-from depthserve.testing.processes import holds_listener, pid_alive, start_gateway, start_worker
+from depthserve.testing.processes import pid_alive, start_gateway, start_worker
 
 PARENT = """
 import sys, time
@@ -97,8 +97,8 @@ def test_a_worker_is_told_apart_by_the_listener_it_holds(tmp_path: Path) -> None
     (one, one_address), (two, two_address) = start_worker(tmp_path, name="one"), start_worker(tmp_path, name="two")
     try:
         ports = [int(address.rsplit(":", 1)[1]) for address in (one_address, two_address)]
-        assert holds_listener(one.pid, ports[0]) and holds_listener(two.pid, ports[1])
-        assert not holds_listener(one.pid, ports[1]) and not holds_listener(two.pid, ports[0])
+        assert listens(one.pid, ports[0]) and listens(two.pid, ports[1])
+        assert not listens(one.pid, ports[1]) and not listens(two.pid, ports[0])
     finally:
         one.stop()
         two.stop()
@@ -119,7 +119,7 @@ def test_a_port_another_test_took_first_is_replaced_not_shared(tmp_path: Path, m
         handed.append(taken)
         worker, address = start_worker(tmp_path, name="ours")
         try:
-            assert address != foreign_address and holds_listener(worker.pid, int(address.rsplit(":", 1)[1]))
+            assert address != foreign_address and listens(worker.pid, int(address.rsplit(":", 1)[1]))
             assert "the port is in use" in (tmp_path / f"ours-{taken}.log").read_text()
             handed.append(taken)
             gateway, url = start_gateway(tmp_path, [address])

@@ -12,12 +12,11 @@ from contextlib import suppress
 from pathlib import Path
 
 from depthserve.parent_death import PARENT_PID_ENV
-from depthserve.probes import free_port, grpc_serving, http_ready, http_status
+from depthserve.probes import free_port, grpc_serving, http_ready, http_status, listens
 
 PROCESSES_ENV = "DEPTHSERVE_TEST_GATEWAY_PROCESSES"  # run test gateways with this many processes
 PORT_IN_USE = "the port is in use"  # what a server that lost its port to another process exits with (ports.py)
 PORT_TRIES = 3
-TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
 
 
 class Proc:
@@ -96,7 +95,7 @@ def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str 
     def start(chosen: int) -> tuple[Proc, str]:
         proc = Proc(["worker", "--port", str(chosen), *args], log_dir / f"{name}-{chosen}.log")
         address = f"127.0.0.1:{chosen}"
-        _ready_or_killed(proc, lambda: grpc_serving(address) and holds_listener(proc.pid, chosen))
+        _ready_or_killed(proc, lambda: grpc_serving(address) and listens(proc.pid, chosen))
         return proc, address
 
     return start(port) if port else _on_a_free_port(start)
@@ -139,7 +138,7 @@ def start_gateway(
         )
         url = f"http://127.0.0.1:{port}"
         answers = (lambda: http_ready(url)) if wait_ready else (lambda: http_status(url, "/healthz") == 200)
-        _ready_or_killed(proc, lambda: answers() and holds_listener(proc.pid, port))
+        _ready_or_killed(proc, lambda: answers() and listens(proc.pid, port))
         return proc, url
 
     return _on_a_free_port(start)
@@ -174,30 +173,6 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
-
-
-def holds_listener(pid: int, port: int) -> bool:
-    """Whether process `pid` (or a descendant) listens on TCP `port`: the server answering there is ours.
-
-    A health check alone cannot tell: another test's server may have been given the same port.
-    """
-    sockets = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                sockets.add(f"socket:[{fields[9]}]")
-    for member in (pid, *descendants(pid)) if sockets else ():
-        with suppress(OSError):
-            for fd in os.listdir(f"/proc/{member}/fd"):
-                with suppress(OSError):
-                    if os.readlink(f"/proc/{member}/fd/{fd}") in sockets:
-                        return True
-    return False
 
 
 def pid_alive(pid: int) -> bool:
