@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc
 
+from depthserve import local_cluster
 from depthserve.local_cluster import LocalCluster
 from depthserve.probes import free_port
 from depthserve.testing.processes import descendants, pid_alive
@@ -171,6 +173,33 @@ def test_gpus_start_one_worker_per_gpu_each_seeing_only_its_own() -> None:
         assert [b["state"] for b in reply["backends"]] == ["ready", "ready"]
     finally:
         cluster.stop()
+
+
+def test_a_worker_port_another_program_took_is_replaced_before_the_gateway_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`up` picks each worker a free port; another program may bind it before the worker does."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()  # the other program, already listening where worker-0 was sent
+        taken = holder.getsockname()[1]
+        handed = [taken]
+        monkeypatch.setattr(local_cluster, "free_port", lambda: handed.pop() if handed else free_port())
+        cluster = LocalCluster(
+            workers=2, model="synthetic", checkpoint=None, port=free_port(), policy="round_robin", threads=None
+        )
+        try:
+            assert cluster.start()
+            workers = [child for child in cluster.children if child.name.startswith("worker")]
+            assert sorted(child.name for child in workers) == ["worker-0", "worker-1"]
+            assert all(child.process.poll() is None for child in workers)  # the one that lost its port is gone
+            reply = httpx.get(f"http://127.0.0.1:{cluster.port}/v1/cluster").json()
+            addresses = [b["address"] for b in reply["backends"]]
+            assert len(addresses) == 2 and f"127.0.0.1:{taken}" not in addresses
+            assert [b["state"] for b in reply["backends"]] == ["ready", "ready"]
+            assert "the port is in use" in (cluster.log_dir / "worker-0.log").read_text()
+        finally:
+            cluster.stop()
 
 
 @pytest.mark.parametrize(

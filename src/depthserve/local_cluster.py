@@ -32,6 +32,8 @@ from depthserve.telemetry.gpus import VISIBLE_ENV
 console = Console(stderr=True)
 RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
 RESTART_RESET_S = 60.0  # a worker that ran this long starts its backoff afresh
+PORT_IN_USE = "the port is in use"  # what a worker whose free port another program took before it bound says
+PORT_TRIES = 3  # ports a starting worker is given before `up` gives up on it
 
 
 def scaling_options(autoscale: str | None, discovery: str | None) -> tuple[int, int] | None:
@@ -151,32 +153,47 @@ class LocalCluster:
             child.restarts += 1
             console.print(f"{child.name} restarted (pid {child.process.pid})")
 
-    def _wait_ready(self, progress: Progress, pending: dict[str, tuple[Child, str]]) -> bool:
-        tasks = {name: progress.add_task(f"{name} starting", total=1) for name in pending}
+    def _wait_ready(self, progress: Progress, children: dict[str, tuple[Child, str]]) -> bool:
+        """Wait until every child serves at its target (HOST:PORT or a URL) from its own process.
+
+        A worker whose free port another program took before it bound is started again on another, in
+        `children`. False when a child exited otherwise, a stop signal came, or the time ran out.
+        """
+        tasks = {name: progress.add_task(f"{name} starting", total=1) for name in children}
+        ports_given = dict.fromkeys(children, 1)
+        pending = set(children)
         deadline = time.monotonic() + self.ready_timeout_s
         while pending:
             if self._stop_signal is not None:
                 return False
-            for name, (child, target) in list(pending.items()):
+            for name in sorted(pending):
+                child, target = children[name]
                 if child.process.poll() is not None:
+                    if name.startswith("worker") and PORT_IN_USE in child.tail() and ports_given[name] < PORT_TRIES:
+                        self.children.remove(child)
+                        children[name] = self._spawn_worker(int(name.rsplit("-", 1)[1]))
+                        ports_given[name] += 1
+                        console.print(f"{name}: {target} was taken by another program; starting on {children[name][1]}")
+                        continue
                     progress.stop()
                     console.print(f"[red]{name} exited with code {child.process.returncode}:[/red]\n{child.tail()}")
                     console.print(f"whole log: {child.log}", soft_wrap=True)
                     return False
                 answers = http_ready(target) if target.startswith("http") else grpc_serving(target)
-                ready = answers and listens(child.process.pid, int(target.rsplit(":", 1)[1]))  # not another's server
-                if ready:
+                if answers and listens(child.process.pid, int(target.rsplit(":", 1)[1])):  # not another's server
                     progress.update(tasks[name], completed=1, description=f"{name} ready")
-                    del pending[name]
+                    pending.discard(name)
             if time.monotonic() > deadline:
                 progress.stop()
-                console.print(f"[red]not ready after {self.ready_timeout_s:.0f}s: {', '.join(pending)}[/red]")
+                console.print(f"[red]not ready after {self.ready_timeout_s:.0f}s: {', '.join(sorted(pending))}[/red]")
                 return False
             time.sleep(0.2)
         return True
 
-    def _spawn_worker(self) -> tuple[Child, str]:
-        """Start one more worker on a free port; give it and its address."""
+    def _spawn_worker(self, index: int | None = None) -> tuple[Child, str]:
+        """Start one more worker (or worker `index` again) on a free port; give it and its address."""
+        if index is None:
+            index, self._spawned = self._spawned, self._spawned + 1
         address = f"127.0.0.1:{free_port()}"
         args = ["worker", "--port", address.split(":")[1], "--model", self.model, "--threads", str(self.threads)]
         if self.checkpoint:
@@ -186,10 +203,8 @@ class LocalCluster:
         env = {}
         if self.gpu_ids:  # CUDA shows this worker its GPU alone, as its cuda:0 (as Ray and Triton do)
             args += ["--device", "cuda:0"]
-            env[VISIBLE_ENV] = self.gpu_ids[self._spawned % len(self.gpu_ids)]
-        name = f"worker-{self._spawned}"
-        self._spawned += 1
-        return self._spawn(name, args, env), address
+            env[VISIBLE_ENV] = self.gpu_ids[index % len(self.gpu_ids)]
+        return self._spawn(f"worker-{index}", args, env), address
 
     def _publish(self, addresses: list[str]) -> None:
         """Write the gateway's backends file atomically (it re-reads the file when it changes)."""
@@ -211,11 +226,11 @@ class LocalCluster:
         with Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=False
         ) as progress:
-            started = [self._spawn_worker() for _ in range(self.workers)]
-            pending = {child.name: (child, address) for child, address in started}
-            if not self._wait_ready(progress, pending):
+            spawned = [self._spawn_worker() for _ in range(self.workers)]
+            started = {child.name: (child, address) for child, address in spawned}
+            if not self._wait_ready(progress, started):
                 return False
-            addresses = [address for _, address in started]
+            addresses = [address for _, address in started.values()]
             gateway = self._spawn("gateway", self._gateway_args(addresses))
             if not self._wait_ready(progress, {"gateway": (gateway, f"http://127.0.0.1:{self.port}")}):
                 return False
@@ -223,7 +238,7 @@ class LocalCluster:
             url = f"http://127.0.0.1:{self.port}"
             publish = None if self.discovery else self._publish
             self.scaler = WorkerScaler(self.autoscale, url, DEFAULT_MODEL_NAME, self._spawn_worker, publish, console)
-            for child, address in started:
+            for child, address in started.values():
                 self.scaler.adopt(child, address, serving=True)
         return True
 
