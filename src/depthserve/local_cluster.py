@@ -24,7 +24,8 @@ from depthserve.cluster_logs import KEEP, new_log_dir
 from depthserve.discovery.urls import check_url
 from depthserve.local_scaling import WorkerScaler, parse_bounds
 from depthserve.parent_death import PARENT_PID_ENV
-from depthserve.probes import free_port, grpc_serving, http_ready, listens
+from depthserve.ports import IN_USE
+from depthserve.probes import free_port, grpc_serving, http_ready, listens, port_of
 from depthserve.ready_banner import print_banner
 from depthserve.settings import DEFAULT_MODEL_NAME
 from depthserve.telemetry.gpus import VISIBLE_ENV
@@ -32,7 +33,6 @@ from depthserve.telemetry.gpus import VISIBLE_ENV
 console = Console(stderr=True)
 RESTART_MAX_S = 30.0  # longest wait before restarting a dead worker
 RESTART_RESET_S = 60.0  # a worker that ran this long starts its backoff afresh
-PORT_IN_USE = "the port is in use"  # what a worker whose free port another program took before it bound says
 PORT_TRIES = 3  # ports a starting worker is given before `up` gives up on it
 
 
@@ -169,7 +169,7 @@ class LocalCluster:
             for name in sorted(pending):
                 child, target = children[name]
                 if child.process.poll() is not None:
-                    if name.startswith("worker") and PORT_IN_USE in child.tail() and ports_given[name] < PORT_TRIES:
+                    if name.startswith("worker") and IN_USE in child.tail() and ports_given[name] < PORT_TRIES:
                         self.children.remove(child)
                         children[name] = self._spawn_worker(int(name.rsplit("-", 1)[1]))
                         ports_given[name] += 1
@@ -180,7 +180,7 @@ class LocalCluster:
                     console.print(f"whole log: {child.log}", soft_wrap=True)
                     return False
                 answers = http_ready(target) if target.startswith("http") else grpc_serving(target)
-                if answers and listens(child.process.pid, int(target.rsplit(":", 1)[1])):  # not another's server
+                if answers and listens(child.process.pid, port_of(target)):  # not another's server
                     progress.update(tasks[name], completed=1, description=f"{name} ready")
                     pending.discard(name)
             if time.monotonic() > deadline:

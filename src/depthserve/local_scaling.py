@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 from rich.console import Console
 
-from depthserve.probes import grpc_serving, listens
+from depthserve.probes import grpc_serving, listens, port_of
 
 STARTING, SERVING, LEAVING, STOPPING = "starting", "serving", "leaving", "stopping"
 
@@ -128,8 +128,7 @@ class WorkerScaler:
     @staticmethod
     def _serving(worker: Managed) -> bool:
         """Whether a started worker is warm: its port answers health and is its own (not another program's)."""
-        port = int(worker.address.rsplit(":", 1)[1])
-        return grpc_serving(worker.address, timeout=0.5) and listens(worker.process.pid, port)
+        return grpc_serving(worker.address, timeout=0.5) and listens(worker.process.pid, port_of(worker.address))
 
     def _retire(self, worker: Managed) -> None:
         worker.process.retiring = True

@@ -6,6 +6,7 @@ import errno
 import socket
 
 BACKLOG = 1024  # pending connections the gateway's HTTP socket holds
+IN_USE = "the port is in use"  # in the one-line refusal; a launcher reads it to give a server another port
 
 
 class PortUnavailable(Exception):
@@ -49,6 +50,6 @@ def _in_use_message(host: str, port: int, flag: str, exc: OSError) -> str:
     if exc.errno == errno.EACCES:
         return f"cannot listen on {host}:{port}: permission denied (ports below 1024 need root); choose another {flag}"
     return (
-        f"cannot listen on {host}:{port}: the port is in use (another depthserve, or another program, listens there);"
+        f"cannot listen on {host}:{port}: {IN_USE} (another depthserve, or another program, listens there);"
         f" stop it or choose another {flag}"
     )

@@ -12,6 +12,7 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
+HAS_PROC_NET = Path("/proc/self/net/tcp").exists()  # Linux: which process holds a port can be told
 
 
 def free_port() -> int:
@@ -44,13 +45,18 @@ def http_ready(url: str) -> bool:
     return http_status(url, "/readyz") == 200
 
 
+def port_of(target: str) -> int:
+    """The port of a HOST:PORT address or of a URL that names one."""
+    return int(target.rsplit(":", 1)[1].split("/", 1)[0])
+
+
 def listens(pid: int, port: int) -> bool:
     """Whether process `pid` holds a listening TCP socket on `port` (Linux /proc): the server there is that one.
 
     A health check cannot tell: another process may have taken the port between choosing and binding it.
     Without /proc (not Linux) nothing can be told, and the health check is taken at its word (True).
     """
-    if not Path("/proc/self/net/tcp").exists():
+    if not HAS_PROC_NET:
         return True
     sockets = set()
     for table in ("tcp", "tcp6"):

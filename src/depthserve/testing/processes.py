@@ -12,10 +12,10 @@ from contextlib import suppress
 from pathlib import Path
 
 from depthserve.parent_death import PARENT_PID_ENV
+from depthserve.ports import IN_USE
 from depthserve.probes import free_port, grpc_serving, http_ready, http_status, listens
 
 PROCESSES_ENV = "DEPTHSERVE_TEST_GATEWAY_PROCESSES"  # run test gateways with this many processes
-PORT_IN_USE = "the port is in use"  # what a server that lost its port to another process exits with (ports.py)
 PORT_TRIES = 3
 
 
@@ -111,7 +111,7 @@ def _on_a_free_port(start: Callable[[int], tuple[Proc, str]]) -> tuple[Proc, str
         try:
             return start(free_port())
         except RuntimeError as exc:
-            if PORT_IN_USE not in str(exc):
+            if IN_USE not in str(exc):
                 raise
     return start(free_port())
 
