@@ -1,25 +1,21 @@
 """A balancer that learns each backend's speed online from the completions it sees (issue 17).
 
-For every backend it fits, by time-decayed least squares, latency = a + b x backlog, the backlog being
-the requests ahead when the request was sent (recorded at the pick) counted in batches of the slots the
-worker reports (max_batch): `a` is what a request costs there on its own, `b` what each batch queued ahead
+For every backend it fits, by time-decayed least squares, latency = a + s x b, b being the backlog of
+requests ahead when the request was sent (recorded at the pick) counted in batches of the slots the
+worker reports (max_batch): `a` is what a request costs there on its own, `s` what each batch queued ahead
 adds (about `a`; more where service times are heavy-tailed). Counted per request, a batching worker's
 slope was not identified by the little spread of backlogs seen and the ridge pulled it up to `a`, so a
 batch of four queued was costed four batches (failures scenario: p99 1.32x least_latency's).
 The decay (`half_life_s`) lets a backend that slows down (thermal throttling, a noisy neighbour) be
 noticed within a few replies; replies slower than expected count four times faster than quicker ones.
 A pick samples `choice_count` backends (O(k) whatever the pool's size)
-and sends to the cheapest, costed b x backlog + theta x a (the work queued ahead plus a share theta of
-its own service time), ties to the faster. theta = 1 is shortest expected delay, best while the pool has
-room; near saturation it keeps slow backends idle while the fast ones' queues grow, and balancing the
-queued work (theta -> 0) keeps every queue short (measured: p99 on two fast and two quarter-speed
-workers at 95% load fell from 3.9 s to 1.1 s). With `adapt`, theta follows the pool's utilisation,
-estimated as the sampled backends' busy share of their slots (backlog / slots, at most 1, weighted by
-learned speed, smoothed over about a second): 1 below `busy_from`, falling linearly to 0 at `busy_to`.
-On batching workers (slots > 1) it falls only to 1 - 1/sqrt(slots): a busy one takes a few more requests
-into its next batch at little cost, and dropping the own term there sent whole requests to idle slow
-workers (drift scenario at 50%: p99 1.15x); at 1 - 1/slots slowed batching workers were kept too idle
-(failures scenario, seed 6: p99 1.13x least_latency's, 0.85x at 1 - 1/sqrt(slots)).
+and sends to the cheapest, costed (a + s x b) x (b + 1) with b the batches queued ahead: the latency
+the model predicts there times the batches there counting its own, Finagle's latency x (in flight + 1)
+with the learned latency, counted in batches. Queued work costs its square, so queues stay short and a
+slow backend takes work before the fast ones build a tail, while an idle pool still sends to the
+fastest; ties go to the faster. It replaced shortest expected delay with a utilisation-driven share
+of own service time (theta), which kept slow backends idle near saturation (seed2_1000 at 95%: p99
+1.37x least latency's, 0.87x with this cost; drift at 50%: 0.98x, now 0.66x).
 No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
 default 0.5%: under the 1% a p99 is made of) goes to the least observed backend of the sample, so a
@@ -40,7 +36,6 @@ from depthserve.balancer.common import Options, count_for, distinct_draws, outst
 from depthserve.balancer.types import RequestInfo, Snapshot, View
 
 RIDGE = 1.0  # pull of the slope towards the intercept (latency = a x (backlog + 1)) while the data says little
-UTIL_TAU_S = 1.0  # time constant of the pool's utilisation estimate
 MAX_KEEP = 0.95  # a sample weighs at least 5% however fast replies come: a slowdown shows within ~20 replies
 
 
@@ -97,7 +92,7 @@ class _Model:
 
 
 class Learned:
-    """Queued work plus a load-dependent share of own service time, from online per-backend models; p2c cold."""
+    """Predicted latency x (batches ahead + 1), from online per-backend models; p2c while cold."""
 
     name: ClassVar[str] = "learned"
 
@@ -107,46 +102,28 @@ class Learned:
         half_life_s: float = 2.0,
         explore: float = 0.005,
         min_samples: int = 3,
-        own_weight: float = 1.0,
-        adapt: bool = True,
-        busy_from: float = 0.5,
-        busy_to: float = 0.7,
         seed: int | None = None,
     ) -> None:
         self._choice_count = choice_count
         self._tau = half_life_s / math.log(2)
         self._explore = explore
         self._min_samples = min_samples
-        self._own_weight = own_weight
-        self._adapt = adapt
-        self._busy_from = busy_from
-        self._busy_span = max(busy_to - busy_from, 1e-6)  # from_config refuses busy_to <= busy_from
         self._rng = random.Random(seed)
         self._models: dict[str, _Model] = {}
-        self._util = 0.0  # the pool's utilisation, smoothed
-        self._util_at: float | None = None
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> Learned:
         """Read `choice_count` (2..64, default 8), `half_life_s` (0.1..600, default 2), `explore` (0..0.1,
-        default 0.005: the share of picks spent learning), `min_samples` (1..100, default 3), `own_weight`
-        (0..1, default 1: theta on an idle pool), `adapt` (default true), `busy_from` < `busy_to` (0..1,
-        defaults 0.5 and 0.7: the utilisation over which theta falls)."""
+        default 0.005: the share of picks spent learning) and `min_samples` (1..100, default 3)."""
         parse = Options(cls.name, options)
         learned = cls(
             parse.integer("choice_count", 8, 2, 64),
             parse.number("half_life_s", 2.0, 0.1, 600.0),
             parse.number("explore", 0.005, 0.0, 0.1),
             parse.integer("min_samples", 3, 1, 100),
-            parse.number("own_weight", 1.0, 0.0, 1.0),
-            parse.boolean("adapt", True),
-            parse.number("busy_from", 0.5, 0.0, 1.0),
-            parse.number("busy_to", 0.7, 0.0, 1.0),
             seed,
         )
         parse.done()
-        if learned._adapt and learned._busy_span <= 1e-6:
-            raise ValueError("learned: option 'busy_to' must be above 'busy_from'")
         return learned
 
     def observe(self, backend: str, ok: bool, latency_ms: float, backlog: int, now: float) -> None:
@@ -174,29 +151,8 @@ class Learned:
             del self._models[next(iter(self._models))]
         return model
 
-    def theta(self, slots: float = 1.0) -> float:
-        """The share of a backend's own service time in its cost, given the pool's utilisation and batch slots."""
-        if not self._adapt:
-            return self._own_weight
-        room = min(max(1.0 - (self._util - self._busy_from) / self._busy_span, 0.0), 1.0)
-        return self._own_weight * (1.0 - (1.0 - room) / math.sqrt(max(slots, 1.0)))
-
-    def _track_util(self, views: list[View], backlog: list[float], speeds: list[float], now: float) -> None:
-        """Fold the sample's speed-weighted share of busy slots into the pool's utilisation estimate."""
-        busy = total = 0.0
-        for view, queued, speed in zip(views, backlog, speeds, strict=True):
-            busy += min(queued / _slots(view), 1.0) * speed
-            total += speed
-        if self._util_at is None:
-            self._util, self._util_at = busy / total, now
-            return
-        keep = math.exp(-max(0.0, now - self._util_at) / UTIL_TAU_S)
-        weight = 1.0 - keep if now > self._util_at else 0.01  # several picks in one instant: a small step each
-        self._util += weight * (busy / total - self._util)
-        self._util_at = now
-
     def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
-        """Sample, cost each by queued work plus a share of its own service time, cheapest first."""
+        """Sample, cost each by its predicted latency times the batches there counting the new one, cheapest first."""
         table = snapshot.table
         serving = table.serving
         count = len(serving)
@@ -218,10 +174,7 @@ class Learned:
                 (m.intercept_s, m.slope_s) if m is not None and m.samples >= self._min_samples else (own, per_queued)
                 for m in models
             ]
-            if self._adapt:
-                self._track_util(views, backlog, [1.0 / max(a, 1e-6) for a, _ in fits], snapshot.now)
-            theta = self.theta(sum(slots) / len(views))
-            cost = [(s * b + theta * a, a) for (a, s), b in zip(fits, ahead, strict=True)]
+            cost = [((a + s * b) * (b + 1.0), a) for (a, s), b in zip(fits, ahead, strict=True)]
         else:  # nothing learned yet: p2c's rank, load per unit of weight
             weights = table.weights
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
