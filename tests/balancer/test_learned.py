@@ -59,6 +59,10 @@ def test_exploration_stays_within_its_share() -> None:
 def test_options_are_read_and_bounded() -> None:
     with pytest.raises(ValueError, match="explore"):
         make_policy("learned", {"explore": 0.5})
+    with pytest.raises(ValueError, match="queue_bias"):
+        make_policy("learned", {"queue_bias": 5})
+    with pytest.raises(ValueError, match="batch_queue_bias"):
+        make_policy("learned", {"batch_queue_bias": -1})
     with pytest.raises(ValueError, match="unknown option"):
         make_policy("learned", {"epsilon": 0.1})
 
@@ -99,13 +103,23 @@ def test_an_idle_pool_sends_to_the_fastest() -> None:
 def test_two_queued_on_a_four_times_faster_backend_send_the_next_to_the_idle_slow_one() -> None:
     policy = Learned(choice_count=2, explore=0.0, seed=1)
     _learned_speeds(policy, *FASTS)
-    slow = BackendView("slow", load=ONE_SLOT)
     one = snapshot(BackendView("fast0", in_flight=1, load=ONE_SLOT), BackendView("slow", in_flight=1, load=ONE_SLOT))
     assert policy.pick(one, REQUEST, 1) == ("fast0",)  # (20 + 20) x 2 = 80 ms against (80 + 80) x 2
-    two = snapshot(BackendView("fast0", in_flight=2, load=ONE_SLOT), slow, now=1.0)
+    two = snapshot(BackendView("fast0", in_flight=2, load=ONE_SLOT), BackendView("slow", load=ONE_SLOT), now=1.0)
     # (20 + 2 x 20) x 3 = 180 against 80. Shortest expected delay (the old rule) took fast0, 60 ms against 80 ms,
     # and near saturation kept the slow backends idle while the fast ones' queues grew (seed2_1000 at 95%).
     assert policy.pick(two, REQUEST, 1) == ("slow",)
+
+
+@pytest.mark.parametrize(("bias", "first"), [(0.0, "fast0"), (0.5, "fast0"), (2.0, "slow")])
+def test_the_queue_bias_sets_how_soon_a_queue_sends_work_to_a_slower_backend(bias: float, first: str) -> None:
+    policy = make_policy("learned", {"explore": 0.0, "choice_count": 2, "queue_bias": bias}, seed=1)
+    assert isinstance(policy, Learned)
+    _learned_speeds(policy, *FASTS)
+    one = snapshot(BackendView("fast0", in_flight=1, load=ONE_SLOT), BackendView("slow", load=ONE_SLOT), now=1.0)
+    # One queued on the 4x faster backend: 40 ms there, x 2 ^ bias (40, 57, 160 ms) against 80 ms on the idle slow one.
+    expected = ("fast0", "slow") if first == "fast0" else ("slow", "fast0")
+    assert policy.pick(one, REQUEST, 2) == expected
 
 
 def test_exploration_by_default_stays_under_the_one_percent_a_p99_is_made_of() -> None:
@@ -201,9 +215,22 @@ def test_on_a_batching_worker_the_backlog_counts_in_batches_of_its_slots() -> No
         policy.observe("single", True, 80.0, 0, step * 0.01)
     batching = BackendView("batching", in_flight=3, load=report(max_batch=4))
     single = BackendView("single", load=ONE_SLOT)
-    # Three queued fit in one batch of four: 3/4 of a batch ahead, (20 + 0.75 x 20) x 1.75 = 61 ms, beats 80 ms idle.
-    # Counted per request, (20 + 3 x 20) x 4 = 320 ms, the idle, four times slower worker would take it.
+    # Three queued fit in one batch of four: 3/4 of a batch ahead, (20 + 0.75 x 20) x 1.75 ^ 0.5 = 46 ms (a batching
+    # worker's queue weighs with batch_queue_bias, 0.5), beats 80 ms idle. Counted per request, (20 + 3 x 20) x
+    # 4 ^ 0.5 = 160 ms, the idle, four times slower worker would take it.
     assert policy.pick(snapshot(batching, single, now=1.0), REQUEST, 1) == ("batching",)
+
+
+def test_the_batch_queue_bias_weighs_only_batching_workers_queues() -> None:
+    policy = make_policy("learned", {"explore": 0.0, "queue_bias": 0.0, "batch_queue_bias": 2.0}, seed=1)
+    assert isinstance(policy, Learned)
+    for step in range(10):
+        policy.observe("batching", True, 20.0, 0, step * 0.01)
+        policy.observe("single", True, 80.0, 0, step * 0.01)
+    batching = BackendView("batching", in_flight=3, load=report(max_batch=4))
+    single = BackendView("single", load=ONE_SLOT)
+    # (20 + 0.75 x 20) x 1.75 ^ 2 = 107 ms against 80: a steeper batch bias sends it to the idle one-slot worker.
+    assert policy.pick(snapshot(batching, single, now=1.0), REQUEST, 1) == ("single",)
 
 
 def test_the_send_records_the_batches_queued_ahead_for_the_replys_sample() -> None:

@@ -9,13 +9,17 @@ batch of four queued was costed four batches (failures scenario: p99 1.32x least
 The decay (`half_life_s`) lets a backend that slows down (thermal throttling, a noisy neighbour) be
 noticed within a few replies; replies slower than expected count four times faster than quicker ones.
 A pick samples `choice_count` backends (O(k) whatever the pool's size)
-and sends to the cheapest, costed (a + s x b) x (b + 1) with b the batches queued ahead: the latency
-the model predicts there times the batches there counting its own, Finagle's latency x (in flight + 1)
-with the learned latency, counted in batches. Queued work costs its square, so queues stay short and a
-slow backend takes work before the fast ones build a tail, while an idle pool still sends to the
-fastest; ties go to the faster. It replaced shortest expected delay with a utilisation-driven share
-of own service time (theta), which kept slow backends idle near saturation (seed2_1000 at 95%: p99
-1.37x least latency's, 0.87x with this cost; drift at 50%: 0.98x, now 0.66x).
+and sends to the cheapest, costed (a + s x b) x (b + 1) ^ bias with b the batches queued ahead: the
+latency the model predicts there, times the batches there counting its own raised to a bias, as Envoy's
+least-request balancer raises active requests + 1 (bias 1 is Finagle's latency x (in flight + 1) with the
+learned latency, counted in batches; 0 is shortest expected delay). An idle pool goes to the fastest, and
+the more a queue is penalised the sooner a slow backend takes work before the fast ones build a tail;
+ties go to the faster. On a one-slot worker each request ahead is a whole heavy-tailed service to wait
+for (`queue_bias`, 1); on a batching worker those queued share the next batch, so its queue weighs less
+(`batch_queue_bias`, 0.5). Shortest expected delay kept slow backends idle near saturation (seed2_1000 at
+95%: p99 1.37x least latency's); bias 1 on batching workers spread too early on a fleet with room
+(mixed_fleet_1000: 1.12x), 0.5 on one-slot ones let heavy-tailed queues grow (four_workers at 80%: 2x);
+BENCHMARKS.md has the sweep behind the defaults.
 No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
 default 0.5%: under the 1% a p99 is made of) goes to the least observed backend of the sample, so a
@@ -92,7 +96,7 @@ class _Model:
 
 
 class Learned:
-    """Predicted latency x (batches ahead + 1), from online per-backend models; p2c while cold."""
+    """Predicted latency x (batches ahead + 1) ^ bias, from online per-backend models; p2c while cold."""
 
     name: ClassVar[str] = "learned"
 
@@ -102,25 +106,33 @@ class Learned:
         half_life_s: float = 2.0,
         explore: float = 0.005,
         min_samples: int = 3,
+        queue_bias: float = 1.0,
+        batch_queue_bias: float = 0.5,
         seed: int | None = None,
     ) -> None:
         self._choice_count = choice_count
         self._tau = half_life_s / math.log(2)
         self._explore = explore
         self._min_samples = min_samples
+        self._queue_bias = queue_bias
+        self._batch_queue_bias = batch_queue_bias
         self._rng = random.Random(seed)
         self._models: dict[str, _Model] = {}
 
     @classmethod
     def from_config(cls, options: Mapping[str, Any], seed: int | None = None) -> Learned:
         """Read `choice_count` (2..64, default 8), `half_life_s` (0.1..600, default 2), `explore` (0..0.1,
-        default 0.005: the share of picks spent learning) and `min_samples` (1..100, default 3)."""
+        default 0.005: the share of picks spent learning), `min_samples` (1..100, default 3), `queue_bias` and
+        `batch_queue_bias` (0..4, defaults 1 and 0.5: how steeply what is queued at a one-slot or a batching
+        backend raises its cost)."""
         parse = Options(cls.name, options)
         learned = cls(
             parse.integer("choice_count", 8, 2, 64),
             parse.number("half_life_s", 2.0, 0.1, 600.0),
             parse.number("explore", 0.005, 0.0, 0.1),
             parse.integer("min_samples", 3, 1, 100),
+            parse.number("queue_bias", 1.0, 0.0, 4.0),
+            parse.number("batch_queue_bias", 0.5, 0.0, 4.0),
             seed,
         )
         parse.done()
@@ -152,7 +164,7 @@ class Learned:
         return model
 
     def pick(self, snapshot: Snapshot, request: RequestInfo, limit: int | None = None) -> tuple[str, ...]:
-        """Sample, cost each by its predicted latency times the batches there counting the new one, cheapest first."""
+        """Sample, cost each by its predicted latency times (batches there + 1) ^ bias, cheapest first."""
         table = snapshot.table
         serving = table.serving
         count = len(serving)
@@ -174,7 +186,11 @@ class Learned:
                 (m.intercept_s, m.slope_s) if m is not None and m.samples >= self._min_samples else (own, per_queued)
                 for m in models
             ]
-            cost = [((a + s * b) * (b + 1.0), a) for (a, s), b in zip(fits, ahead, strict=True)]
+            one, batch = self._queue_bias, self._batch_queue_bias
+            cost = [
+                ((a + s * b) * (b + 1.0) ** (one if n <= 1.0 else batch), a)
+                for (a, s), b, n in zip(fits, ahead, slots, strict=True)
+            ]
         else:  # nothing learned yet: p2c's rank, load per unit of weight
             weights = table.weights
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
