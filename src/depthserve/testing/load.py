@@ -66,17 +66,20 @@ async def open_loop(
     timeout_s: float = 30.0,
     seed: int = 0,
     content_type: str = "image/png",
+    warmup_s: float = 0.0,
 ) -> LoadStats:
     """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning.
 
-    `rate` may be a function of the seconds since the start (a load step), read at each arrival.
+    `rate` may be a function of the seconds since the start (a load step), read at each arrival. With
+    `warmup_s`, arrivals run that much longer, from the start, and what they send in the first `warmup_s`
+    is answered but not counted: the stats hold the steady state, as the simulator's scenarios measure.
     """
     rate_at = rate if callable(rate) else (lambda _t, r=float(rate): r)
     rng = random.Random(seed)
     stats = LoadStats()
     pool = client_pool(clients, timeout_s)
 
-    async def one(client: httpx.AsyncClient, request_id: str) -> None:
+    async def one(client: httpx.AsyncClient, request_id: str, stats: LoadStats) -> None:
         started = time.perf_counter()
         try:
             reply = await client.post(
@@ -101,18 +104,22 @@ async def open_loop(
             if not reason or (reply.status_code == 503 and "retry-after" not in reply.headers):
                 stats.unclear += 1
 
+    warming = LoadStats()  # what the warm-up sends: answered and awaited, never reported
     tasks = []
     start = time.perf_counter()
     next_at = 0.0
+    sent = 0
     try:
-        while next_at < duration_s:
+        while next_at < warmup_s + duration_s:
             delay = start + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            stats.sent += 1
-            tasks.append(asyncio.create_task(one(pool[stats.sent % clients], f"load-{seed}-{stats.sent}")))
+            counted = stats if next_at >= warmup_s else warming
+            counted.sent += 1
+            sent += 1
+            tasks.append(asyncio.create_task(one(pool[sent % clients], f"load-{seed}-{sent}", counted)))
             next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
-        stats.duration_s = time.perf_counter() - start
+        stats.duration_s = time.perf_counter() - start - warmup_s
         await asyncio.gather(*tasks)
     finally:
         await asyncio.gather(*(client.aclose() for client in pool))
