@@ -1,8 +1,9 @@
 """Policies on uneven workers: a real loopback cluster, synthetic workers of mixed speed, open-loop load.
 
 Two workers run at full speed and two at a quarter (an A100 next to a T4), with heavy-tailed
-(lognormal) service times. For each policy a fresh gateway is started and offered 50%, 80% and 95%
-of the cluster's total capacity, each cell starting once every worker is idle; the table gives
+(lognormal) service times. Each policy is offered 50%, 80% and 95% of the cluster's total capacity,
+each cell on a fresh gateway once every worker is idle and measured after a warm-up at its load (as the
+simulator's four_workers scenario measures its cells); the table gives
 throughput, latency percentiles, each worker's share and utilisation, and how often a worker sat
 idle while another had work queued.
 
@@ -118,12 +119,18 @@ async def run_cell(
     service_s: list[float],
     body: bytes,
     duration: float,
+    warmup: float,
     seed: int,
 ) -> Cell:
+    rate = load * capacity
+    offered = asyncio.create_task(
+        open_loop(f"{url}/v1/depth", body, rate=rate, duration_s=duration, seed=seed, warmup_s=warmup)
+    )
+    await asyncio.sleep(warmup)  # shares, utilisation and idle samples cover the measured window, as the stats do
     before = await served_by(url)
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_idle_while_queued(url, dict(zip(addresses, service_s, strict=True)), stop))
-    stats = await open_loop(f"{url}/v1/depth", body, rate=load * capacity, duration_s=duration, seed=seed)
+    stats = await offered
     stop.set()
     idle = await sampler
     after = await served_by(url)
@@ -210,6 +217,16 @@ def main() -> None:
     parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
     parser.add_argument("--markdown", type=Path)
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        help="seconds of load before each cell's measured window (its requests are not counted); the "
+        "four_workers scenario's warmup_s",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="draws the arrivals: another seed, another run of the same cells"
+    )
+    parser.add_argument(
         "--ports",
         help="the four workers' ports (default: free ones). IP hash's ring is drawn from the workers' addresses: "
         "50461,50462,50463,50464 gives the ring of the simulator's four_workers scenario",
@@ -251,9 +268,9 @@ def main() -> None:
                 addresses.append(address)
             for policy in args.policies.split(","):
                 backends, flags = gateway_args(policy, addresses)
-                gateway, url = start_gateway(logs, backends, *flags)
-                try:
-                    for load in (float(x) for x in args.loads.split(",")):
+                for load in (float(x) for x in args.loads.split(",")):
+                    gateway, url = start_gateway(logs, backends, *flags)  # each cell from a cold start, as simulated
+                    try:
                         waited = asyncio.run(wait_idle(url))
                         print(
                             f"{policy} at {load:.0%} of {capacity:.0f} req/s (workers idle after {waited:.1f} s) ...",
@@ -270,12 +287,13 @@ def main() -> None:
                                 service_s,
                                 body,
                                 args.duration,
-                                seed=int(load * 100),
+                                args.warmup,
+                                seed=args.seed * 1000 + int(load * 100),
                             )
                         )
                         cells.append(cell)
-                finally:
-                    gateway.stop()
+                    finally:
+                        gateway.stop()
         finally:
             for proc in workers:
                 proc.stop()
