@@ -1,0 +1,179 @@
+"""The simulator against the live cluster: `four_workers` at many seeds beside `bench/policies.py`'s tables.
+
+One run of a cell is one draw: at 15-60 s a cell's p99 rests on tens of requests from a lognormal
+sigma-1 tail, and two runs of the same code (live or simulated) differ by more than 30% in several
+cells. So each live cell is compared with the simulator's median over seeds (within 30%?) and placed
+in the simulator's spread (how many seeds read lower); the ranking of the policies is compared per load
+and percentile (Spearman's rho, and whether the same policy is first). The simulator against itself
+(each seed against the median of the others) is printed beside it: the agreement its noise allows.
+
+    python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --markdown live1.md
+    python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --seed 1 --markdown live2.md
+    python bench/sim_validate.py live1.md live2.md --seeds 1-13 --duration 15 --markdown validation.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from depthserve.sim.command import resolve, run_all
+from depthserve.sim.scenario import load_scenario
+
+Cell = tuple[str, float]  # (policy, load)
+Figures = dict[Cell, tuple[float, float]]  # p50 and p99 in ms
+WITHIN = 1.3
+
+
+def read_live(path: Path) -> Figures:
+    """The p50 and p99 of each row of a `bench/policies.py --markdown` table."""
+    figures: Figures = {}
+    for line in path.read_text().splitlines():
+        fields = [field.strip() for field in line.strip().strip("|").split("|")]
+        if len(fields) < 7 or not fields[1].endswith("%") or fields[4] == "nan":
+            continue
+        figures[(fields[0], round(float(fields[1][:-1]) / 100, 4))] = (float(fields[4]), float(fields[6]))
+    if not figures:
+        raise SystemExit(f"{path}: no table rows of bench/policies.py")
+    return figures
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 0, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            result[order[position]] = (start + end) / 2
+        start = end + 1
+    return result
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Rank correlation of two readings of the same policies."""
+    ra, rb = ranks(a), ranks(b)
+    mean = (len(a) - 1) / 2
+    cov = sum((x - mean) * (y - mean) for x, y in zip(ra, rb, strict=True))
+    spread = (sum((x - mean) ** 2 for x in ra) * sum((y - mean) ** 2 for y in rb)) ** 0.5
+    return cov / spread if spread else float("nan")
+
+
+def agreement(measured: Figures, reference: Figures) -> tuple[int, int, int, list[float], int]:
+    """Cells (p50, p99) within 30% of the reference, their count, and per load x percentile rho and same-first."""
+    cells = sorted(set(measured) & set(reference))
+    p50 = sum(1 / WITHIN <= measured[c][0] / reference[c][0] <= WITHIN for c in cells)
+    p99 = sum(1 / WITHIN <= measured[c][1] / reference[c][1] <= WITHIN for c in cells)
+    rhos, same_first = [], 0
+    for load in sorted({c[1] for c in cells}):
+        policies = sorted(c[0] for c in cells if c[1] == load)
+        for index in (0, 1):
+            a = [measured[(p, load)][index] for p in policies]
+            b = [reference[(p, load)][index] for p in policies]
+            rhos.append(spearman(a, b))
+            same_first += a.index(min(a)) == b.index(min(b))
+    return p50, p99, len(cells), rhos, same_first
+
+
+def median_of(runs: Sequence[Figures]) -> Figures:
+    """Each cell's median over runs, p50 and p99 apiece."""
+    cells = set.intersection(*(set(run) for run in runs))
+    return {c: (statistics.median(r[c][0] for r in runs), statistics.median(r[c][1] for r in runs)) for c in cells}
+
+
+def simulate(scenario_name: str, cells: set[Cell], seeds: Sequence[int], duration: float, jobs: int) -> list[Figures]:
+    """The scenario's figures for the live cells, one set per seed (each cell measured after its warm-up)."""
+    scenario = load_scenario(resolve(scenario_name))
+    policies = sorted({c[0] for c in cells})
+    loads = sorted({c[1] for c in cells})
+    console = Console(stderr=True)
+    runs = []
+    for seed in seeds:
+        drawn = scenario.model_copy(update={"seed": seed, "duration_s": scenario.warmup_s + duration})
+        results = run_all(drawn, policies, loads, console, jobs)
+        sketches = {(r.policy, round(r.load, 4)): r.stats.latency for r in results}
+        runs.append({cell: (_ms(s.quantile(0.5)), _ms(s.quantile(0.99))) for cell, s in sketches.items()})
+        console.print(f"seed {seed}: {len(results)} cells simulated")
+    return runs
+
+
+def _ms(quantile: float | None) -> float:
+    """A cell that answered nothing has no percentile: NaN, which compares as outside any bound."""
+    return float("nan") if quantile is None else quantile
+
+
+def report(live: list[Figures], sims: list[Figures]) -> list[str]:
+    """The per-cell table and the agreement summary, as markdown lines."""
+    sim = median_of(sims)
+    live_mid = median_of(live)
+    lines = [
+        "| policy | load | live p50 | sim p50 median (range) | live ÷ sim | seeds below live | live p99 "
+        "| sim p99 median (range) | live ÷ sim | seeds below live |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in sorted(set(live_mid) & set(sim), key=lambda c: (c[0], c[1])):
+        row = [cell[0], f"{cell[1]:.0%}"]
+        for index in (0, 1):
+            readings = [run[cell][index] for run in live]
+            spread = sorted(s[cell][index] for s in sims)
+            ratio = live_mid[cell][index] / sim[cell][index]
+            mark = "" if 1 / WITHIN <= ratio <= WITHIN else " ✗"
+            below = " / ".join(str(sum(x < value for x in spread)) for value in readings)
+            row += [
+                " / ".join(f"{value:.0f}" for value in readings),
+                f"{sim[cell][index]:.0f} ({spread[0]:.0f}-{spread[-1]:.0f})",
+                f"{ratio:.2f}{mark}",
+                f"{below} of {len(spread)}",
+            ]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "| compared | p50 within 30% | p99 within 30% | Spearman (per load and percentile) | same first |"]
+    lines.append("|---|---|---|---|---|")
+
+    def summary_row(name: str, figures: tuple[int, int, int, list[float], int]) -> str:
+        p50, p99, count, rhos, first = figures
+        return f"| {name} | {p50}/{count} | {p99}/{count} | {min(rhos):.2f}-{max(rhos):.2f} | {first}/{len(rhos)} |"
+
+    lines.append(summary_row(f"live (median of {len(live)}) against the simulator's median", agreement(live_mid, sim)))
+    for index, run in enumerate(live):
+        lines.append(summary_row(f"live run {index + 1} against the simulator's median", agreement(run, sim)))
+    for index, run in enumerate(sims):
+        others = median_of([s for i, s in enumerate(sims) if i != index]) if len(sims) > 1 else sim
+        lines.append(summary_row(f"simulator seed {index + 1} against the other seeds' median", agreement(run, others)))
+    return lines
+
+
+def seed_list(text: str) -> list[int]:
+    """`1-13` or `1,2,5`."""
+    if "-" in text:
+        first, last = (int(x) for x in text.split("-"))
+        return list(range(first, last + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("live", nargs="+", type=Path, help="tables written by bench/policies.py --markdown")
+    parser.add_argument("--scenario", default="four_workers", help="the scenario that models the live cluster")
+    parser.add_argument("--seeds", default="1-13", type=seed_list, help="the simulator's draws: 1-13 or 1,2,5")
+    parser.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell, as the live run's")
+    parser.add_argument("--jobs", type=int, default=1, help="simulated cells at once, each in its own process")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    live = [read_live(path) for path in args.live]
+    cells = set.intersection(*(set(run) for run in live))
+    sims = simulate(args.scenario, cells, args.seeds, args.duration, args.jobs)
+    lines = report(live, sims)
+    Console(width=220).print("\n".join(lines), markup=False, highlight=False)
+    if args.markdown is not None:
+        args.markdown.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
