@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from depthserve.probes import free_port, grpc_serving
+from depthserve.probes import grpc_serving
 from depthserve.testing.load import LoadStats, open_loop
 from depthserve.testing.processes import Proc, start_gateway, start_worker, wait_until
 
@@ -113,32 +113,26 @@ async def test_sigstop_is_ejected_and_readmitted_after_sigcont(cluster: dict[str
 
 async def test_new_worker_gets_traffic_only_after_warm_up(tmp_path: Path, rgb_png: bytes) -> None:
     workers = [start_worker(tmp_path, "--synthetic-ms", "20", "--warmup-levels", "0", name=f"w{i}") for i in range(2)]
-    late_port = free_port()
-    late_address = f"127.0.0.1:{late_port}"
+    # The late worker holds its port from the start (a port merely chosen could be taken by another test's
+    # server before it bound it) and warms up for 300 x 20 ms, so it joins part-way through the load; a
+    # request reaching it before it is warm would be refused and counted.
+    late, late_address = start_worker(
+        tmp_path,
+        "--synthetic-ms",
+        "20",
+        "--warmup-levels",
+        "0",
+        "--warmup-requests",
+        "300",
+        name="late",
+        serving=False,
+    )
     gateway, url = start_gateway(
         tmp_path, [a for _, a in workers] + [late_address], *GATEWAY_FLAGS, gateway_config(tmp_path)
     )
-    late: Proc | None = None
     try:
-        running = asyncio.create_task(load(url, 7.0, rgb_png))
-        await asyncio.sleep(1.0)
-        # Warm-up takes 50 x 20 ms; a request reaching it before that would be refused and counted.
-        late = Proc(
-            [
-                "worker",
-                "--port",
-                str(late_port),
-                "--model",
-                "synthetic",
-                "--synthetic-ms",
-                "20",
-                "--warmup-levels",
-                "0",
-                "--warmup-requests",
-                "50",
-            ],
-            tmp_path / "late.log",
-        )
+        assert not grpc_serving(late_address), "the late worker was warm before the load began: nothing tested"
+        running = asyncio.create_task(load(url, 10.0, rgb_png))
         await asyncio.to_thread(wait_until, lambda: grpc_serving(late_address), late, 30.0)
         stats = await running
         late_view = next(b for b in httpx.get(f"{url}/v1/cluster").json()["backends"] if b["address"] == late_address)
@@ -148,8 +142,7 @@ async def test_new_worker_gets_traffic_only_after_warm_up(tmp_path: Path, rgb_pn
         late.stop()
         assert "refused before ready 0" in late.output()  # nothing reached it before it was warm
     finally:
-        if late is not None:
-            late.stop()
+        late.stop()
         gateway.stop()
         for proc, _ in workers:
             proc.stop()

@@ -85,8 +85,13 @@ def wait_until(check: object, proc: Proc, timeout: float = 60.0) -> None:
     raise TimeoutError(f"{proc.args[0]} not ready after {timeout}s:\n{proc.output()[-3000:]}")
 
 
-def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str = "worker") -> tuple[Proc, str]:
-    """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address."""
+def start_worker(
+    log_dir: Path, *extra: str, port: int | None = None, name: str = "worker", serving: bool = True
+) -> tuple[Proc, str]:
+    """Start a worker (synthetic at 0 ms unless `extra` says otherwise), wait until it serves; give its address.
+
+    With `serving=False` it waits only until the worker holds its port, so a test can watch it warm up.
+    """
     args = [*extra]
     for flag, default in (("--model", "synthetic"), ("--synthetic-ms", "0")):
         if flag not in extra:
@@ -95,7 +100,7 @@ def start_worker(log_dir: Path, *extra: str, port: int | None = None, name: str 
     def start(chosen: int) -> tuple[Proc, str]:
         proc = Proc(["worker", "--port", str(chosen), *args], log_dir / f"{name}-{chosen}.log")
         address = f"127.0.0.1:{chosen}"
-        _ready_or_killed(proc, lambda: grpc_serving(address) and listens(proc.pid, chosen))
+        _ready_or_killed(proc, lambda: listens(proc.pid, chosen) and (not serving or grpc_serving(address)))
         return proc, address
 
     return start(port) if port else _on_a_free_port(start)
