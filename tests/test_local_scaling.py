@@ -30,21 +30,28 @@ def test_bounds() -> None:
 
 
 async def test_up_autoscale_follows_a_load_step_and_loses_nothing(tmp_path: Path) -> None:
-    phases = [Phase(0.1, 2.0), Phase(3.0, 10.0), Phase(0.1, 7.0)]
+    # The burst outlasts three workers' start on a slow, shared machine (on a CI machine three times slower
+    # than usual, starved of CPU while they started, the pool took 15 s to reach 4).
+    phases = [Phase(0.1, 2.0), Phase(3.0, 25.0), Phase(0.1, 7.0)]
     run = await run_autoscale(tmp_path, phases, bounds="1:4", down_window_s=DOWN_WINDOW_S)
     stats, timeline = run.stats, run.timeline
     _, burst, calm = run.phase_starts
-    print(f"\nautoscale: sent {stats.sent}, ok {stats.ok}, {dict(stats.by_reason)}")
+    last = max(stats.refused_sent_s, default=None)
+    print(f"\nautoscale: sent {stats.sent}, ok {stats.ok}, {dict(stats.by_reason)}, last refused sent at {last}")
     for sample in timeline.changes():
         print(f"  {sample}")
 
     # Every request accounted for: answered, or refused clearly while the pool grew.
     assert stats.transport_errors == 0 and stats.unclear == 0 and stats.mixed_up == 0
     assert set(stats.by_status) <= {503} and stats.sent == stats.ok + stats.by_status[503] > 0
-    assert stats.by_status[503] < stats.sent * 0.2
 
     grown = timeline.first(burst, lambda s: s.serving == 4)
     assert grown is not None and grown.t < calm, "the pool did not reach 4 workers during the burst"
+    # Refusals only while the pool was short: none sent once the fourth worker had served for a moment (the
+    # gateway notices it within a health interval or two, and the queue it refused from then has room).
+    late = [round(t, 2) for t in stats.refused_sent_s if t > grown.t + 2.0]
+    assert not late, f"refused after the pool reached 4 at {grown.t:.2f} s: {late[:10]}"
+    assert stats.by_status[503] < stats.sent * 0.5
     shrink = timeline.first(grown.t, lambda s: s.desired < 4)
     assert shrink is not None, "the pool did not shrink after the burst"
     # Not before the gateway's own signal had asked for fewer for the quiet window. Judged by what the

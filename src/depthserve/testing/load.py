@@ -29,6 +29,7 @@ class LoadStats:
     transport_errors: int = 0
     mixed_up: int = 0  # replies carrying another request's id: would mean a reply went to the wrong caller
     latencies_ms: list[float] = field(default_factory=list)
+    refused_sent_s: list[float] = field(default_factory=list)  # when each non-200 was sent, seconds from the start
     backends: Counter[str] = field(default_factory=Counter)
     duration_s: float = 0.0  # the sending window (replies may arrive after it)
 
@@ -79,7 +80,7 @@ async def open_loop(
     stats = LoadStats()
     pool = client_pool(clients, timeout_s)
 
-    async def one(client: httpx.AsyncClient, request_id: str, stats: LoadStats) -> None:
+    async def one(client: httpx.AsyncClient, request_id: str, stats: LoadStats, sent_s: float) -> None:
         started = time.perf_counter()
         try:
             reply = await client.post(
@@ -96,6 +97,7 @@ async def open_loop(
             stats.backends[reply.headers.get("x-backend", "?")] += 1
         else:
             stats.by_status[reply.status_code] += 1
+            stats.refused_sent_s.append(sent_s)
             try:
                 reason = str(reply.json().get("reason", ""))
             except ValueError:
@@ -117,7 +119,7 @@ async def open_loop(
             counted = stats if next_at >= warmup_s else warming
             counted.sent += 1
             sent += 1
-            tasks.append(asyncio.create_task(one(pool[sent % clients], f"load-{seed}-{sent}", counted)))
+            tasks.append(asyncio.create_task(one(pool[sent % clients], f"load-{seed}-{sent}", counted, next_at)))
             next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
         stats.duration_s = time.perf_counter() - start - warmup_s
         await asyncio.gather(*tasks)
