@@ -59,6 +59,11 @@ def cluster_env(service_ms: float, down_window_s: float, extra: dict[str, str] |
     }
 
 
+def _settled(log: str) -> bool:
+    """Whether every worker the scaler let go has been seen to exit."""
+    return log.count("autoscale: draining") == log.count(" retired")
+
+
 async def run_autoscale(
     log_dir: Path,
     phases: Sequence[Phase],
@@ -96,6 +101,9 @@ async def run_autoscale(
         await asyncio.sleep(0.5)
         recording.cancel()
         await asyncio.gather(recording, return_exceptions=True)
+        # A worker drained in the load's last second is still finishing its drain notice: the record ends
+        # once every worker let go has exited, so the log holds each retirement the run started.
+        await asyncio.to_thread(wait_until, lambda: _settled(up.output()), up, 30.0)
         async with httpx.AsyncClient(timeout=5.0) as client:
             metrics = (await client.get(f"{url}/metrics")).text
         return AutoscaleRun(stats, timeline, starts, up.output(), capacity, metrics)
