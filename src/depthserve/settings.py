@@ -96,6 +96,11 @@ class WorkerSettings(BaseSettings, LogFields, JobFields):
     synthetic_per_item_ms: float = Field(0.0, ge=0, description="synthetic model: extra time per batch item")
     synthetic_dist: Literal["const", "exp", "lognormal"] = Field("const", description="synthetic time shape")
     synthetic_sigma: float = Field(0.5, gt=0, le=3, description="synthetic lognormal shape (1.0 = heavy tail)")
+    synthetic_noise: str = Field(
+        "",
+        description="names the synthetic service times' random stream in place of --seed; the simulator's worker "
+        "N of kind K draws from 'SEED:K-NNNN:50051', so a live worker given that name draws the same noise",
+    )
     speed: float = Field(1.0, gt=0, description="synthetic model: divides every service time (faster GPU)")
     synthetic_mem_gb: float = Field(80.0, gt=0, description="synthetic model: reported accelerator memory")
     memory_budget_fraction: float = Field(
@@ -285,6 +290,9 @@ class GatewaySettings(BaseSettings, LogFields, JobFields, VideoFields):
         default_factory=dict, description="per model: version split and header routing (hot-reloaded from --config)"
     )
     version_seed: int | None = Field(None, description="seed of the version split's random draws (reproducible runs)")
+    policy_seed: int | None = Field(
+        None, description="seed of the policies' random draws (random, p2c): reproducible runs, the simulator's draws"
+    )
     config_file: Path | None = Field(None, description="the --config file, watched to reload `versions`")
     job_concurrency: int = Field(4, ge=1, description="in-process broker: jobs the gateway runs at once")
     scale_min_workers: int = Field(1, ge=0, description="autoscaling signal: fewest workers a model pool is given")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from depthserve.testing.processes import start_gateway, start_worker
+from depthserve.testing.processes import start_gateway, start_worker, wait_until
 
 
 def test_config_file_sets_per_model_policy_and_weights(tmp_path: Path, rgb_png: bytes) -> None:
@@ -25,3 +25,30 @@ def test_config_file_sets_per_model_policy_and_weights(tmp_path: Path, rgb_png: 
     finally:
         gateway.stop()
         worker.stop()
+
+
+def test_policy_seed_makes_a_random_policy_pick_the_same_backends_again(tmp_path: Path, rgb_png: bytes) -> None:
+    # bench/policies.py --same-draws seeds the live gateway's policies as the simulator seeds its own.
+    workers = [start_worker(tmp_path, name=f"worker{i}") for i in range(2)]
+    addresses = [address for _, address in workers]
+
+    def picks(seed: int) -> list[str]:
+        flags = ("--policy", "random", "--policy-seed", str(seed), "--slow-start-s", "0")  # weights stay equal
+        gateway, url = start_gateway(tmp_path, addresses, *flags)
+        try:
+            view = f"{url}/v1/cluster"
+            wait_until(lambda: {b["state"] for b in httpx.get(view).json()["backends"]} == {"ready"}, gateway, 30.0)
+            headers = {"Content-Type": "image/png"}
+            replies = [httpx.post(f"{url}/v1/depth", content=rgb_png, headers=headers, timeout=30) for _ in range(24)]
+            assert all(reply.status_code == 200 for reply in replies)
+            return [reply.headers["x-backend"] for reply in replies]
+        finally:
+            gateway.stop()
+
+    try:
+        first, again, other = picks(7), picks(7), picks(8)
+    finally:
+        for worker, _ in workers:
+            worker.stop()
+    assert first == again and set(first) == set(addresses), "the same seed, the same draws"
+    assert other != first

@@ -40,6 +40,7 @@ class GatewayCore:
     ) -> GatewayCore:
         """Wire the core for `settings` (over gRPC unless `transports` says otherwise); `seed` seeds the policies;
         `share` holds the limits this process shares with the gateway's other processes."""
+        seed = settings.policy_seed if seed is None else seed
         pool = BackendPool.from_settings(settings, clock, transports)
         policies = {model: make_policy(p.name, p.options, seed) for model, p in settings.policies.items()}
         default_policy = make_policy(settings.policy, settings.policy_options, seed)

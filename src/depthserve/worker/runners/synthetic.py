@@ -26,7 +26,7 @@ def service_time_s(settings: WorkerSettings, batch: int, rng: random.Random) -> 
         return rng.expovariate(1.0 / mean)
     if settings.synthetic_dist == "lognormal":
         sigma = settings.synthetic_sigma
-        return rng.lognormvariate(np.log(mean) - sigma * sigma / 2, sigma)
+        return mean * rng.lognormvariate(-sigma * sigma / 2, sigma)  # the simulator's ServiceModel draws alike
     return mean
 
 
@@ -68,7 +68,7 @@ class SyntheticRunner:
     def __init__(self, settings: WorkerSettings) -> None:
         self._settings = settings
         self.max_batch = settings.max_batch_size
-        self._rng = random.Random(settings.seed)
+        self._rng = random.Random(settings.synthetic_noise or settings.seed)
         self.limits = input_limits(settings)  # emulates vitl14, so the default token range
 
     def load(self) -> None:
