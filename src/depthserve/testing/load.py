@@ -7,10 +7,11 @@ real clients), so an overloaded cluster shows up as latency and refusals, not as
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -68,12 +69,15 @@ async def open_loop(
     seed: int = 0,
     content_type: str = "image/png",
     warmup_s: float = 0.0,
+    schedule: Sequence[tuple[float, int]] | None = None,
 ) -> LoadStats:
     """Offer `rate` requests/s for `duration_s` to POST `url`; wait for every reply before returning.
 
     `rate` may be a function of the seconds since the start (a load step), read at each arrival. With
     `warmup_s`, arrivals run that much longer, from the start, and what they send in the first `warmup_s`
     is answered but not counted: the stats hold the steady state, as the simulator's scenarios measure.
+    A `schedule` of (seconds from the start, client index) replaces the drawn arrivals (then `rate` is not
+    read): the simulator's arrivals of a scenario, sent by the same clients (common random numbers).
     """
     rate_at = rate if callable(rate) else (lambda _t, r=float(rate): r)
     rng = random.Random(seed)
@@ -111,16 +115,26 @@ async def open_loop(
     start = time.perf_counter()
     next_at = 0.0
     sent = 0
+    planned = iter(schedule) if schedule is not None else None
     try:
-        while next_at < warmup_s + duration_s:
+        while True:
+            if planned is not None:
+                next_at, client = next(planned, (math.inf, 0))
+                if not 0 <= client < clients:
+                    raise ValueError(f"schedule: client {client} of {clients}")
+            else:
+                client = (sent + 1) % clients
+            if next_at >= warmup_s + duration_s:
+                break
             delay = start + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             counted = stats if next_at >= warmup_s else warming
             counted.sent += 1
             sent += 1
-            tasks.append(asyncio.create_task(one(pool[sent % clients], f"load-{seed}-{sent}", counted, next_at)))
-            next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
+            tasks.append(asyncio.create_task(one(pool[client], f"load-{seed}-{sent}", counted, next_at)))
+            if planned is None:
+                next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
         stats.duration_s = time.perf_counter() - start - warmup_s
         await asyncio.gather(*tasks)
     finally:
