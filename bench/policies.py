@@ -8,6 +8,12 @@ throughput, latency percentiles, each worker's share and utilisation, and how of
 idle while another had work queued.
 
     python bench/policies.py [--duration 20] [--policies round_robin,p2c,...] [--markdown out.md]
+
+With `--same-draws four_workers` the cells send the arrivals the simulator draws for that scenario at
+`--seed`, from the same clients; each cell restarts the workers so they draw the simulator's service
+times, worker by worker, and the policies' random draws are seeded alike (common random numbers): the
+table then differs from `depthserve sim four_workers --seed S --duration WARMUP+DURATION` by the
+simulator's error and the machine's timing, not by another draw of the dice.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from depthserve.sim.arrivals import arrivals
+from depthserve.sim.command import resolve
+from depthserve.sim.scenario import Scenario, load_scenario
 from depthserve.testing.load import LoadStats, open_loop
 from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
@@ -121,10 +130,13 @@ async def run_cell(
     duration: float,
     warmup: float,
     seed: int,
+    schedule: list[tuple[float, int]] | None = None,
 ) -> Cell:
     rate = load * capacity
     offered = asyncio.create_task(
-        open_loop(f"{url}/v1/depth", body, rate=rate, duration_s=duration, seed=seed, warmup_s=warmup)
+        open_loop(
+            f"{url}/v1/depth", body, rate=rate, duration_s=duration, seed=seed, warmup_s=warmup, schedule=schedule
+        )
     )
     await asyncio.sleep(warmup)  # shares, utilisation and idle samples cover the measured window, as the stats do
     before = await served_by(url)
@@ -156,6 +168,70 @@ def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str
     if policy == "weighted_round_robin":
         return [f"{a}@{speed * 4:g}" for a, speed in zip(addresses, SPEEDS, strict=True)], ["--policy", policy]
     return addresses, ["--policy", policy]
+
+
+@dataclass(frozen=True)
+class SameDraws:
+    """The simulator's scenario whose random draws the live cells replay (`--same-draws`)."""
+
+    scenario: Scenario
+
+    @classmethod
+    def of(cls, name: str, seed: int, warmup: float, duration: float, service_ms: float) -> SameDraws:
+        """The scenario at this seed and length; its fleet must be this bench's."""
+        scenario = load_scenario(resolve(name)).model_copy(
+            update={"seed": seed, "warmup_s": warmup, "duration_s": warmup + duration}
+        )
+        speeds = tuple(entry.speed for entry in scenario.fleet for _ in range(entry.count))
+        model = scenario.worker
+        if speeds != SPEEDS or (model.fixed_ms, model.max_batch) != (service_ms, 1):
+            raise SystemExit(f"--same-draws {name}: not this bench's fleet ({SPEEDS}, {service_ms} ms, one slot)")
+        return cls(scenario)
+
+    def ports(self) -> list[int]:
+        """The scenario's worker ports: IP hash's ring is drawn from the addresses."""
+        return [int(a.rsplit(":", 1)[1]) for entry in self.scenario.fleet for a in entry.addresses or []]
+
+    def noise(self) -> list[str]:
+        """Each worker's random stream, as the simulator's world names them."""
+        kinds = [entry.kind.lower() for entry in self.scenario.fleet for _ in range(entry.count)]
+        return [f"{self.scenario.seed}:{kind}-{index:04d}:50051" for index, kind in enumerate(kinds)]
+
+    def schedule(self, load: float) -> list[tuple[float, int]]:
+        """The simulator's arrivals at this load: (seconds from the start, client index)."""
+        return [(arrival.at, arrival.client) for arrival in arrivals(self.scenario, load)]
+
+
+def start_workers(
+    logs: Path, service_ms: float, ports: list[int | None], noise: list[tuple[str, str]]
+) -> tuple[list[Proc], list[str]]:
+    """The four synthetic workers; `noise` is each one's flag naming its service-time random stream."""
+    workers: list[Proc] = []
+    addresses: list[str] = []
+    for index, speed in enumerate(SPEEDS):
+        proc, address = start_worker(
+            logs,
+            "--model",
+            "synthetic",
+            "--synthetic-ms",
+            str(service_ms),
+            "--speed",
+            str(speed),
+            "--synthetic-dist",
+            "lognormal",
+            "--synthetic-sigma",
+            "1.0",
+            *noise[index],
+            "--warmup-requests",
+            "0",  # a synthetic worker needs none, and none takes a draw from its stream
+            "--queue-limit",
+            "256",
+            port=ports[index],
+            name=f"worker{index}",
+        )
+        workers.append(proc)
+        addresses.append(address)
+    return workers, addresses
 
 
 def render(cells: list[Cell], markdown: Path | None) -> None:
@@ -231,10 +307,26 @@ def main() -> None:
         help="the four workers' ports (default: free ones). IP hash's ring is drawn from the workers' addresses: "
         "50461,50462,50463,50464 gives the ring of the simulator's four_workers scenario",
     )
+    parser.add_argument(
+        "--same-draws",
+        metavar="SCENARIO",
+        help="replay the simulator's draws of this scenario (a shipped name or a YAML file) at --seed: its arrivals "
+        "and clients, each worker's service times (workers restarted per cell), the policies' random picks",
+    )
     args = parser.parse_args()
-    ports = [int(port) for port in args.ports.split(",")] if args.ports else [None] * len(SPEEDS)
+    same = (
+        SameDraws.of(args.same_draws, args.seed, args.warmup, args.duration, args.service_ms)
+        if args.same_draws
+        else None
+    )
+    ports: list[int | None] = [int(port) for port in args.ports.split(",")] if args.ports else [None] * len(SPEEDS)
+    if same is not None and not args.ports:
+        ports = [*same.ports()] or ports
     if len(ports) != len(SPEEDS):
         parser.error(f"--ports: {len(SPEEDS)} ports, one per worker")
+    noise = (
+        [("--synthetic-noise", n) for n in same.noise()] if same else [("--seed", str(i)) for i in range(len(SPEEDS))]
+    )
     service_s = [args.service_ms / 1000.0 / speed for speed in SPEEDS]
     capacity = sum(1.0 / s for s in service_s)
     body = png_bytes(seeded_image(64, 64))
@@ -242,33 +334,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         workers: list[Proc] = []
-        addresses: list[str] = []
         try:
-            for index, speed in enumerate(SPEEDS):
-                proc, address = start_worker(
-                    logs,
-                    "--model",
-                    "synthetic",
-                    "--synthetic-ms",
-                    str(args.service_ms),
-                    "--speed",
-                    str(speed),
-                    "--synthetic-dist",
-                    "lognormal",
-                    "--synthetic-sigma",
-                    "1.0",
-                    "--seed",
-                    str(index),
-                    "--queue-limit",
-                    "256",
-                    port=ports[index],
-                    name=f"worker{index}",
-                )
-                workers.append(proc)
-                addresses.append(address)
+            workers, addresses = start_workers(logs, args.service_ms, ports, noise)
             for policy in args.policies.split(","):
-                backends, flags = gateway_args(policy, addresses)
                 for load in (float(x) for x in args.loads.split(",")):
+                    if same is not None and cells:  # each cell's workers draw their streams from the start
+                        for proc in workers:
+                            proc.stop()
+                        workers, addresses = start_workers(logs, args.service_ms, ports, noise)
+                    backends, flags = gateway_args(policy, addresses)
+                    if same is not None:
+                        # The policies draw as the simulator's do; every worker at full weight from the start, as
+                        # the simulated ones, which all turn ready at the same instant, ramp alike.
+                        flags += ["--policy-seed", str(same.scenario.seed), "--slow-start-s", "0"]
                     gateway, url = start_gateway(logs, backends, *flags)  # each cell from a cold start, as simulated
                     try:
                         waited = asyncio.run(wait_idle(url))
@@ -289,6 +367,7 @@ def main() -> None:
                                 args.duration,
                                 args.warmup,
                                 seed=args.seed * 1000 + int(load * 100),
+                                schedule=same.schedule(load) if same is not None else None,
                             )
                         )
                         cells.append(cell)

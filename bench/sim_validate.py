@@ -10,6 +10,14 @@ and percentile (Spearman's rho, and whether the same policy is first). The simul
     python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --markdown live1.md
     python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --seed 1 --markdown live2.md
     python bench/sim_validate.py live1.md live2.md --seeds 1-13 --duration 15 --markdown validation.md
+
+With common random numbers (each live run replays one seed's draws), luck is out of the comparison:
+
+    python bench/policies.py --duration 15 --same-draws four_workers --seed 1 --markdown same1.md
+    python bench/sim_validate.py same1.md --seeds 1 --paired --duration 15
+
+Two live runs of the same seed's draws (`same1.md same1b.md --seeds 1,1 --paired`) are also compared with
+each other: they differ only by the machine's timing, which bounds the agreement the simulator can show.
 """
 
 from __future__ import annotations
@@ -149,6 +157,43 @@ def report(live: list[Figures], sims: list[Figures]) -> list[str]:
     return lines
 
 
+def report_paired(live: list[Figures], sims: list[Figures], seeds: Sequence[int]) -> list[str]:
+    """Each live run against the simulator at the seed whose draws it replayed (`bench/policies.py --same-draws`)."""
+    lines = [
+        "| policy | load | live p50 | sim p50 | live ÷ sim | live p99 | sim p99 | live ÷ sim |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in sorted(set.intersection(*(set(r) for r in live), *(set(s) for s in sims))):
+        row = [cell[0], f"{cell[1]:.0%}"]
+        for index in (0, 1):
+            ratios = [run[cell][index] / sim[cell][index] for run, sim in zip(live, sims, strict=True)]
+            row += [
+                " / ".join(f"{run[cell][index]:.0f}" for run in live),
+                " / ".join(f"{sim[cell][index]:.0f}" for sim in sims),
+                " / ".join(f"{r:.2f}" + ("" if 1 / WITHIN <= r <= WITHIN else " ✗") for r in ratios),
+            ]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "| compared | p50 within 30% | p99 within 30% | Spearman (per load and percentile) | same first |"]
+    lines.append("|---|---|---|---|---|")
+    rows = [
+        (f"live run {i + 1} (seed {seed}'s draws) against the simulator at seed {seed}", run, sim)
+        for i, (run, sim, seed) in enumerate(zip(live, sims, seeds, strict=True))
+    ]
+    # Two live runs of the same draws differ only by the machine's timing: the agreement a live run allows.
+    rows += [
+        (f"live run {j + 1} against live run {i + 1} (both seed {seeds[i]}'s draws)", live[j], live[i])
+        for i in range(len(live))
+        for j in range(i + 1, len(live))
+        if seeds[i] == seeds[j]
+    ]
+    for name, measured, reference in rows:
+        p50, p99, count, rhos, first = agreement(measured, reference)
+        lines.append(
+            f"| {name} | {p50}/{count} | {p99}/{count} | {min(rhos):.2f}-{max(rhos):.2f} | {first}/{len(rhos)} |"
+        )
+    return lines
+
+
 def seed_list(text: str) -> list[int]:
     """`1-13` or `1,2,5`."""
     if "-" in text:
@@ -164,12 +209,20 @@ def main() -> None:
     parser.add_argument("--seeds", default="1-13", type=seed_list, help="the simulator's draws: 1-13 or 1,2,5")
     parser.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell, as the live run's")
     parser.add_argument("--jobs", type=int, default=1, help="simulated cells at once, each in its own process")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="the live tables replayed the simulator's draws (bench/policies.py --same-draws), one per seed of "
+        "--seeds in order: compare each with the simulator at its seed",
+    )
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
+    if args.paired and len(args.seeds) != len(args.live):
+        parser.error(f"--paired: one seed per live table ({len(args.live)} tables, seeds {args.seeds})")
     live = [read_live(path) for path in args.live]
     cells = set.intersection(*(set(run) for run in live))
     sims = simulate(args.scenario, cells, args.seeds, args.duration, args.jobs)
-    lines = report(live, sims)
+    lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
     Console(width=220).print("\n".join(lines), markup=False, highlight=False)
     if args.markdown is not None:
         args.markdown.write_text("\n".join(lines) + "\n")
