@@ -56,6 +56,26 @@ def test_exploration_stays_within_its_share() -> None:
     assert 0.03 < firsts["slow"] / 20_000 < 0.07  # the least observed goes first on 5% of picks
 
 
+def test_a_backend_one_slow_reply_made_look_slow_is_explored_and_taken_back() -> None:
+    # four_workers seed 1 at a true 95%: one fast worker's model read 773 ms after a heavy-tailed reply behind
+    # a queue, got no traffic for 15 s and so no reply to correct it (p99 3.8x least connections').
+    policy = Learned(choice_count=2, explore=0.05, min_samples=1, seed=7)
+    for step in range(200):
+        policy.observe("a", True, 20.0, 0, step * 0.01)  # a: the better known, 200 replies to b's 110
+    for step in range(10):
+        policy.observe("b", True, 20.0, 0, step * 0.05)
+    policy.observe("a", True, 3000.0, 0, 2.0)  # a 3 s tail of the service time: a now looks slow
+    for step in range(100):
+        policy.observe("b", True, 20.0, 0, 2.0 + step * 0.1)  # b stays fresh
+    pair = snapshot(BackendView("a"), BackendView("b", in_flight=1), now=12.0)  # a idle, b busy: a still costs more
+    firsts = Counter(policy.pick(pair, REQUEST, 1)[0] for _ in range(4_000))
+    assert 0.03 < firsts["a"] / 4_000 < 0.07, "a, heard from longest ago, is explored (not b, the less seen)"
+    for step in range(3):  # the explored requests' replies: fast again
+        policy.observe("a", True, 20.0, 0, 12.0 + step * 0.05)
+    firsts = Counter(policy.pick(pair, REQUEST, 1)[0] for _ in range(4_000))
+    assert firsts["a"] / 4_000 > 0.9, "three fresh replies outweigh the stale tail: the idle a is taken back"
+
+
 def test_options_are_read_and_bounded() -> None:
     with pytest.raises(ValueError, match="explore"):
         make_policy("learned", {"explore": 0.5})

@@ -22,8 +22,9 @@ for (`queue_bias`, 1); on a batching worker those queued share the next batch, s
 BENCHMARKS.md has the sweep behind the defaults.
 No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
-default 0.5%: under the 1% a p99 is made of) goes to the least observed backend of the sample, so a
-backend that sped up again is noticed. Feedback arrives through `observe`, on the outcome path of every call.
+default 0.5%: under the 1% a p99 is made of) goes to the backend of the sample heard from longest ago, so
+a backend that sped up again, or that one slow reply made look slow, is noticed. Feedback arrives through
+`observe`, on the outcome path of every call.
 """
 
 from __future__ import annotations
@@ -196,9 +197,9 @@ class Learned:
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
         order = sorted(range(len(sample)), key=lambda j: (cost[j], j))
         if self._explore and len(order) > 1 and self._rng.random() < self._explore:
-            least = min(order, key=lambda j: _samples(models[j]))
-            order.remove(least)
-            order.insert(0, least)  # learning: the least observed backend of the sample goes first
+            stalest = min(order, key=lambda j: _heard_at(models[j]))
+            order.remove(stalest)
+            order.insert(0, stalest)  # learning: the backend of the sample heard from longest ago goes first
         first = order[0]
         chosen = self._models.get(views[first].id) or self._model(views[first].id, snapshot.now)
         chosen.slots = slots[first]
@@ -222,6 +223,7 @@ def _slots(view: View) -> float:
     return float(max(load.slots, load.max_batch, 1))
 
 
-def _samples(model: _Model | None) -> int:
-    """Replies a backend's model learned from (-1: never seen)."""
-    return -1 if model is None else model.samples
+def _heard_at(model: _Model | None) -> float:
+    """When a backend's model last learned from a reply (-inf: never): a model that one heavy-tailed reply made
+    look slow gets no traffic, so it is corrected only if exploration goes to the stalest, not the least seen."""
+    return -math.inf if model is None or not model.samples else model.updated_at
