@@ -117,6 +117,19 @@ def _ms(quantile: float | None) -> float:
     return float("nan") if quantile is None else quantile
 
 
+SUMMARY_HEAD = (
+    "",
+    "| compared | p50 within 30% | p99 within 30% | Spearman (per load and percentile) | same first |",
+    "|---|---|---|---|---|",
+)
+
+
+def summary_row(name: str, figures: tuple[int, int, int, list[float], int]) -> str:
+    """One line of the agreement table: what was compared with what, and how well they agree."""
+    p50, p99, count, rhos, first = figures
+    return f"| {name} | {p50}/{count} | {p99}/{count} | {min(rhos):.2f}-{max(rhos):.2f} | {first}/{len(rhos)} |"
+
+
 def report(live: list[Figures], sims: list[Figures]) -> list[str]:
     """The per-cell table and the agreement summary, as markdown lines."""
     sim = median_of(sims)
@@ -141,12 +154,7 @@ def report(live: list[Figures], sims: list[Figures]) -> list[str]:
                 f"{below} of {len(spread)}",
             ]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "| compared | p50 within 30% | p99 within 30% | Spearman (per load and percentile) | same first |"]
-    lines.append("|---|---|---|---|---|")
-
-    def summary_row(name: str, figures: tuple[int, int, int, list[float], int]) -> str:
-        p50, p99, count, rhos, first = figures
-        return f"| {name} | {p50}/{count} | {p99}/{count} | {min(rhos):.2f}-{max(rhos):.2f} | {first}/{len(rhos)} |"
+    lines += SUMMARY_HEAD
 
     lines.append(summary_row(f"live (median of {len(live)}) against the simulator's median", agreement(live_mid, sim)))
     for index, run in enumerate(live):
@@ -173,8 +181,7 @@ def report_paired(live: list[Figures], sims: list[Figures], seeds: Sequence[int]
                 " / ".join(f"{r:.2f}" + ("" if 1 / WITHIN <= r <= WITHIN else " ✗") for r in ratios),
             ]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "| compared | p50 within 30% | p99 within 30% | Spearman (per load and percentile) | same first |"]
-    lines.append("|---|---|---|---|---|")
+    lines += SUMMARY_HEAD
     rows = [
         (f"live run {i + 1} (seed {seed}'s draws) against the simulator at seed {seed}", run, sim)
         for i, (run, sim, seed) in enumerate(zip(live, sims, seeds, strict=True))
@@ -186,11 +193,7 @@ def report_paired(live: list[Figures], sims: list[Figures], seeds: Sequence[int]
         for j in range(i + 1, len(live))
         if seeds[i] == seeds[j]
     ]
-    for name, measured, reference in rows:
-        p50, p99, count, rhos, first = agreement(measured, reference)
-        lines.append(
-            f"| {name} | {p50}/{count} | {p99}/{count} | {min(rhos):.2f}-{max(rhos):.2f} | {first}/{len(rhos)} |"
-        )
+    lines += [summary_row(name, agreement(measured, reference)) for name, measured, reference in rows]
     return lines
 
 
@@ -221,7 +224,9 @@ def main() -> None:
         parser.error(f"--paired: one seed per live table ({len(args.live)} tables, seeds {args.seeds})")
     live = [read_live(path) for path in args.live]
     cells = set.intersection(*(set(run) for run in live))
-    sims = simulate(args.scenario, cells, args.seeds, args.duration, args.jobs)
+    seeds = sorted(set(args.seeds))  # two live runs of one seed's draws share its simulation
+    by_seed = dict(zip(seeds, simulate(args.scenario, cells, seeds, args.duration, args.jobs), strict=True))
+    sims = [by_seed[seed] for seed in args.seeds]
     lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
     Console(width=220).print("\n".join(lines), markup=False, highlight=False)
     if args.markdown is not None:

@@ -7,11 +7,10 @@ real clients), so an overloaded cluster shows up as latency and refusals, not as
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -57,6 +56,15 @@ def client_pool(count: int, timeout_s: float, distinct_sources: bool = True) -> 
         transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=local)
         clients.append(httpx.AsyncClient(transport=transport, timeout=timeout_s))
     return clients
+
+
+def _drawn(rng: random.Random, rate_at: Callable[[float], float], clients: int) -> Iterator[tuple[float, int]]:
+    """Poisson arrivals at the rate of their moment, each from the next client in turn."""
+    at, sent = 0.0, 0
+    while True:
+        sent += 1
+        yield at, sent % clients
+        at += rng.expovariate(max(1e-3, rate_at(at)))
 
 
 async def open_loop(
@@ -113,19 +121,13 @@ async def open_loop(
     warming = LoadStats()  # what the warm-up sends: answered and awaited, never reported
     tasks = []
     start = time.perf_counter()
-    next_at = 0.0
     sent = 0
-    planned = iter(schedule) if schedule is not None else None
     try:
-        while True:
-            if planned is not None:
-                next_at, client = next(planned, (math.inf, 0))
-                if not 0 <= client < clients:
-                    raise ValueError(f"schedule: client {client} of {clients}")
-            else:
-                client = (sent + 1) % clients
+        for next_at, client in schedule if schedule is not None else _drawn(rng, rate_at, clients):
             if next_at >= warmup_s + duration_s:
                 break
+            if not 0 <= client < clients:
+                raise ValueError(f"schedule: client {client} of {clients}")
             delay = start + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -133,8 +135,6 @@ async def open_loop(
             counted.sent += 1
             sent += 1
             tasks.append(asyncio.create_task(one(pool[client], f"load-{seed}-{sent}", counted, next_at)))
-            if planned is None:
-                next_at += rng.expovariate(max(1e-3, rate_at(next_at)))
         stats.duration_s = time.perf_counter() - start - warmup_s
         await asyncio.gather(*tasks)
     finally:
