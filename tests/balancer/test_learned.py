@@ -76,6 +76,21 @@ def test_a_backend_one_slow_reply_made_look_slow_is_explored_and_taken_back() ->
     assert firsts["a"] / 4_000 > 0.9, "three fresh replies outweigh the stale tail: the idle a is taken back"
 
 
+def test_exploration_goes_only_to_a_backend_with_nothing_queued() -> None:
+    # four_workers seed 1 at 99% of capacity: a request explored onto a slow worker's queue waited behind every
+    # heavy-tailed service there, and a backlog that starts near saturation lasts to the run's end (p99 1.6x).
+    policy = Learned(choice_count=2, explore=0.05, min_samples=1, seed=7)
+    policy.observe("stale", True, 80.0, 0, 0.0)
+    for step in range(50):
+        policy.observe("fresh", True, 20.0, 0, step * 0.1)
+    queued = snapshot(BackendView("stale", in_flight=2), BackendView("fresh", in_flight=1), now=5.0)
+    firsts = Counter(policy.pick(queued, REQUEST, 1)[0] for _ in range(4_000))
+    assert firsts["stale"] == 0, "no request is explored behind a queue"
+    idle = snapshot(BackendView("stale"), BackendView("fresh", in_flight=1), now=5.0)
+    firsts = Counter(policy.pick(idle, REQUEST, 1)[0] for _ in range(4_000))
+    assert 0.03 < firsts["stale"] / 4_000 < 0.07, "idle, the stale backend is explored at the set share"
+
+
 def test_options_are_read_and_bounded() -> None:
     with pytest.raises(ValueError, match="explore"):
         make_policy("learned", {"explore": 0.5})

@@ -22,8 +22,10 @@ for (`queue_bias`, 1); on a batching worker those queued share the next batch, s
 BENCHMARKS.md has the sweep behind the defaults.
 No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
-default 0.5%: under the 1% a p99 is made of) goes to the backend of the sample heard from longest ago, so
-a backend that sped up again, or that one slow reply made look slow, is noticed. Feedback arrives through
+default 0.5%: under the 1% a p99 is made of) goes to the backend of the sample heard from longest ago among
+those with nothing queued, so a backend that sped up again, or that one slow reply made look slow (it is
+idle: nothing is sent there), is noticed, and no request is explored behind a queue, where near saturation
+it waits out every heavy-tailed service ahead and starts a backlog that lasts. Feedback arrives through
 `observe`, on the outcome path of every call.
 """
 
@@ -197,9 +199,11 @@ class Learned:
             cost = [((b + 1.0) / weights[i], 0.0) for b, i in zip(backlog, sample, strict=True)]
         order = sorted(range(len(sample)), key=lambda j: (cost[j], j))
         if self._explore and len(order) > 1 and self._rng.random() < self._explore:
-            stalest = min(order, key=lambda j: _heard_at(models[j]))
-            order.remove(stalest)
-            order.insert(0, stalest)  # learning: the backend of the sample heard from longest ago goes first
+            idle = [j for j in order if backlog[j] <= 0]  # a request explored behind a queue is a tail to learn
+            if idle:
+                stalest = min(idle, key=lambda j: _heard_at(models[j]))
+                order.remove(stalest)
+                order.insert(0, stalest)  # learning: the idle backend of the sample heard from longest ago goes first
         first = order[0]
         chosen = self._models.get(views[first].id) or self._model(views[first].id, snapshot.now)
         chosen.slots = slots[first]
