@@ -188,11 +188,15 @@ class Scenario(Strict):
         return sum(entry.cost * entry.weight for entry in self.mix) / total
 
     def capacity_rps(self) -> float:
-        """Requests per second the starting fleet completes with every batch full."""
+        """Requests per second the starting fleet completes with every batch full, the workers' own time counted."""
         model = self.worker
-        batch_s = (model.fixed_ms + model.per_cost_ms * self.mean_cost() * model.max_batch) / 1000.0
-        per_speed = model.max_batch / batch_s if batch_s > 0 else float("inf")
-        return sum(entry.count * entry.resolved_speed() * per_speed for entry in self.fleet)
+        device_s = (model.fixed_ms + model.per_cost_ms * self.mean_cost() * model.max_batch) / 1000.0
+        overhead_s = model.overhead_ms / 1000.0
+        total = 0.0
+        for entry in self.fleet:
+            batch_s = device_s / entry.resolved_speed() + overhead_s
+            total += entry.count * (model.max_batch / batch_s if batch_s > 0 else float("inf"))
+        return total
 
     def offered_loads(self) -> list[float]:
         """The loads to run: the sweep, else the one load."""
