@@ -1,4 +1,4 @@
-"""Scenarios: every shipped one reads, a typo is refused naming the file, capacity follows fleet, mix and the workers' own time."""
+"""Scenarios: every shipped one reads, a typo is refused naming the file, capacity counts fleet, mix, own time."""
 
 from __future__ import annotations
 
