@@ -2,8 +2,8 @@
 
 Two workers run at full speed and two at a quarter (an A100 next to a T4), with heavy-tailed
 (lognormal) service times. Each policy is offered 50%, 80% and 95% of what the four workers complete
-(119.9 req/s), each cell on a fresh gateway once every worker is idle and measured after a warm-up at its load (as the
-simulator's four_workers scenario measures its cells); the table gives
+(119.9 req/s), each cell on a fresh gateway once every worker is idle and measured after a warm-up at
+its load (as the simulator's four_workers scenario measures its cells); the table gives
 throughput, latency percentiles, each worker's share and utilisation, and how often a worker sat
 idle while another had work queued.
 
