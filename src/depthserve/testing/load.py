@@ -12,9 +12,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import httpx
 import numpy as np
+
+from depthserve.testing.h2_client import EagerH2Client
 
 
 @dataclass
@@ -48,14 +50,14 @@ class LoadStats:
         return self.ok / self.duration_s if self.duration_s else 0.0
 
 
-def client_pool(count: int, timeout_s: float, distinct_sources: bool = True) -> list[httpx.AsyncClient]:
-    """HTTP/2 (h2c) clients; with distinct_sources each binds its own 127.0.0.x, like distinct hosts."""
-    clients = []
-    for index in range(count):
-        local = f"127.0.0.{10 + index}" if distinct_sources else None
-        transport = httpx.AsyncHTTPTransport(http1=False, http2=True, local_address=local)
-        clients.append(httpx.AsyncClient(transport=transport, timeout=timeout_s))
-    return clients
+def client_pool(url: str, count: int, timeout_s: float, distinct_sources: bool = True) -> list[EagerH2Client]:
+    """HTTP/2 (h2c) clients of `url`'s host; with distinct_sources each binds its own 127.0.0.x, like distinct hosts."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    return [
+        EagerH2Client(host, port, f"127.0.0.{10 + index}" if distinct_sources else None, timeout_s)
+        for index in range(count)
+    ]
 
 
 def _drawn(rng: random.Random, rate_at: Callable[[float], float], clients: int) -> Iterator[tuple[float, int]]:
@@ -90,15 +92,15 @@ async def open_loop(
     rate_at = rate if callable(rate) else (lambda _t, r=float(rate): r)
     rng = random.Random(seed)
     stats = LoadStats()
-    pool = client_pool(clients, timeout_s)
+    pool = client_pool(url, clients, timeout_s)
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
-    async def one(client: httpx.AsyncClient, request_id: str, stats: LoadStats, sent_s: float) -> None:
+    async def one(client: EagerH2Client, request_id: str, stats: LoadStats, sent_s: float) -> None:
         started = time.perf_counter()
         try:
-            reply = await client.post(
-                url, content=body, headers={"Content-Type": content_type, "X-Request-Id": request_id}
-            )
-        except httpx.HTTPError:
+            reply = await client.post(path, body, {"content-type": content_type, "x-request-id": request_id})
+        except (OSError, TimeoutError):  # H2ClientError is a ConnectionError
             stats.transport_errors += 1
             return
         if reply.headers.get("x-request-id") != request_id:
