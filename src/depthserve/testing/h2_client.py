@@ -88,6 +88,9 @@ class EagerH2Client:
                 conn.send_headers(stream_id, fields, end_stream=not body)
                 await self._send_body(conn, stream_id, memoryview(body))
                 return await stream.done
+            except h2.exceptions.ProtocolError as error:  # the connection closed under it: as any connection failure
+                self._cancel(conn, stream_id)
+                raise H2ClientError(f"request not sent: {error}") from error
             except BaseException:
                 self._cancel(conn, stream_id)
                 raise
