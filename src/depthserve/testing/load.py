@@ -1,7 +1,9 @@
 """Open-loop load against a gateway that accounts for every request: answered, failed by status, mixed up.
 
 Arrivals follow a Poisson process at the offered rate whatever the replies do (an open loop, like
-real clients), so an overloaded cluster shows up as latency and refusals, not as a slower sender.
+real clients), so an overloaded cluster shows up as latency and refusals, not as a slower sender. Requests
+go over HTTP/2 cleartext through testing/h2_client.py, whose replies reach their callers as they arrive
+(httpx's HTTP/2 held them for seconds when a dozen requests waited on one connection).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class LoadStats:
 def client_pool(url: str, count: int, timeout_s: float, distinct_sources: bool = True) -> list[EagerH2Client]:
     """HTTP/2 (h2c) clients of `url`'s host; with distinct_sources each binds its own 127.0.0.x, like distinct hosts."""
     parts = urlsplit(url)
+    if parts.scheme != "http":
+        raise ValueError(f"{url}: the load generator speaks HTTP/2 cleartext (h2c) only, so an http:// URL")
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     return [
         EagerH2Client(host, port, f"127.0.0.{10 + index}" if distinct_sources else None, timeout_s)
