@@ -5,16 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from depthserve.testing.h2_client import EagerH2Client, H2ClientError
 from depthserve.testing.processes import start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
-
-
-def client_of(url: str, timeout_s: float = 30.0) -> EagerH2Client:
-    parts = urlsplit(url)
-    return EagerH2Client(parts.hostname or "127.0.0.1", parts.port or 80, timeout_s=timeout_s)
 
 
 async def timed_post(client: EagerH2Client, body: bytes, request_id: str) -> tuple[float, int, str, str]:
@@ -32,7 +26,7 @@ def test_a_fast_reply_is_not_held_behind_slow_ones_on_the_same_connection(tmp_pa
     body = png_bytes(seeded_image(32, 32))
 
     async def staggered() -> list[tuple[float, int, str, str]]:
-        client = client_of(url)
+        client = EagerH2Client.of(url)
 
         async def one(index: int) -> tuple[float, int, str, str]:
             await asyncio.sleep(0.05 * index)  # each sent while the slow ones before it wait on the connection
@@ -67,18 +61,15 @@ def test_a_large_body_is_sent_within_the_servers_window_and_a_timeout_leaves_the
     small = png_bytes(seeded_image(32, 32))
 
     async def run() -> tuple[int, type[BaseException] | None, int]:
-        client = client_of(url, timeout_s=0.1)
+        client = EagerH2Client.of(url)
         try:
-            client.timeout_s = 10.0
-            big = await client.post("/v1/depth", large, {"content-type": "image/png"})
-            client.timeout_s = 0.1
+            big = await client.post("/v1/depth", large, {"content-type": "image/png"}, timeout_s=10.0)
             failure: type[BaseException] | None = None
             try:
-                await client.post("/v1/depth", small, {"content-type": "image/png"})
+                await client.post("/v1/depth", small, {"content-type": "image/png"}, timeout_s=0.1)
             except TimeoutError as error:
                 failure = type(error)
-            client.timeout_s = 10.0
-            after = await client.post("/v1/depth", small, {"content-type": "image/png"})
+            after = await client.post("/v1/depth", small, {"content-type": "image/png"}, timeout_s=10.0)
             return big.status_code, failure, after.status_code
         finally:
             await client.aclose()
@@ -100,7 +91,7 @@ def test_requests_in_flight_fail_clearly_when_the_gateway_dies(tmp_path: Path) -
     body = png_bytes(seeded_image(32, 32))
 
     async def run() -> list[BaseException | object]:
-        client = client_of(url)
+        client = EagerH2Client.of(url)
         try:
             headers = {"content-type": "image/png"}
             pending = [asyncio.create_task(client.post("/v1/depth", body, headers)) for _ in range(2)]
@@ -125,7 +116,7 @@ def test_a_refusal_comes_back_with_its_status_and_json_reason(tmp_path: Path) ->
     gateway, url = start_gateway(tmp_path, [address])
 
     async def run() -> tuple[int, object]:
-        client = client_of(url)
+        client = EagerH2Client.of(url)
         try:
             body = png_bytes(seeded_image(8, 8))
             reply = await client.post("/v1/depth?model=nope", body, {"content-type": "image/png"})

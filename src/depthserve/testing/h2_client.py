@@ -17,6 +17,7 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import h2.config
 import h2.connection
@@ -55,6 +56,15 @@ class _Stream:
     body: bytearray = field(default_factory=bytearray)
 
 
+def split_url(url: str) -> tuple[str, int, str]:
+    """Host, port and request target (path and query) of an http:// URL; h2c is all this client speaks."""
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        raise ValueError(f"{url}: the load generator speaks HTTP/2 cleartext (h2c) only, so an http:// URL")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname or "127.0.0.1", parts.port or 80, target
+
+
 class EagerH2Client:
     """One HTTP/2 connection to `host:port` (bound to `local_address` if given), opened on first use."""
 
@@ -67,9 +77,16 @@ class EagerH2Client:
         self._connecting = asyncio.Lock()
         self._changed = asyncio.Event()  # set when window or stream room may have grown, or the connection ended
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Reply:
-        """POST `body` to `path`; TimeoutError after `timeout_s`, H2ClientError if the connection fails."""
-        async with asyncio.timeout(self.timeout_s):
+    @classmethod
+    def of(cls, url: str, local_address: str | None = None, timeout_s: float = 30.0) -> EagerH2Client:
+        """A client of the host of `url` (http:// only)."""
+        host, port, _ = split_url(url)
+        return cls(host, port, local_address, timeout_s)
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str], timeout_s: float | None = None) -> Reply:
+        """POST `body` to `path`; TimeoutError after `timeout_s` (the client's unless given), H2ClientError if the
+        connection fails."""
+        async with asyncio.timeout(self.timeout_s if timeout_s is None else timeout_s):
             conn = await self._connection()
             while conn.open_outbound_streams >= conn.remote_settings.max_concurrent_streams:
                 await self._wait_change(conn)

@@ -14,11 +14,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from depthserve.testing.h2_client import EagerH2Client
+from depthserve.testing.h2_client import EagerH2Client, split_url
 
 
 @dataclass
@@ -54,12 +53,8 @@ class LoadStats:
 
 def client_pool(url: str, count: int, timeout_s: float, distinct_sources: bool = True) -> list[EagerH2Client]:
     """HTTP/2 (h2c) clients of `url`'s host; with distinct_sources each binds its own 127.0.0.x, like distinct hosts."""
-    parts = urlsplit(url)
-    if parts.scheme != "http":
-        raise ValueError(f"{url}: the load generator speaks HTTP/2 cleartext (h2c) only, so an http:// URL")
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     return [
-        EagerH2Client(host, port, f"127.0.0.{10 + index}" if distinct_sources else None, timeout_s)
+        EagerH2Client.of(url, f"127.0.0.{10 + index}" if distinct_sources else None, timeout_s)
         for index in range(count)
     ]
 
@@ -97,8 +92,7 @@ async def open_loop(
     rng = random.Random(seed)
     stats = LoadStats()
     pool = client_pool(url, clients, timeout_s)
-    parts = urlsplit(url)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    _, _, path = split_url(url)
 
     async def one(client: EagerH2Client, request_id: str, stats: LoadStats, sent_s: float) -> None:
         started = time.perf_counter()
