@@ -159,9 +159,11 @@ def report(live: list[Figures], sims: list[Figures]) -> list[str]:
     lines.append(summary_row(f"live (median of {len(live)}) against the simulator's median", agreement(live_mid, sim)))
     for index, run in enumerate(live):
         lines.append(summary_row(f"live run {index + 1} against the simulator's median", agreement(run, sim)))
-    for index, run in enumerate(sims):
-        others = median_of([s for i, s in enumerate(sims) if i != index]) if len(sims) > 1 else sim
-        lines.append(summary_row(f"simulator seed {index + 1} against the other seeds' median", agreement(run, others)))
+    if len(sims) > 1:  # one seed has no others: against itself it would read a perfect score
+        for index, run in enumerate(sims):
+            others = median_of([s for i, s in enumerate(sims) if i != index])
+            name = f"simulator seed {index + 1} against the other seeds' median"
+            lines.append(summary_row(name, agreement(run, others)))
     return lines
 
 
