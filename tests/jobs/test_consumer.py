@@ -74,7 +74,8 @@ async def rig_factory() -> AsyncIterator[Rigs]:
     yield rigs
     for rig, task in rigs:
         await rig.consumer.stop(1.0)
-        await asyncio.wait_for(task, 2.0)  # the loop ends by itself once stopped: nothing leaks
+        async with asyncio.timeout(2.0):  # the loop ends by itself once stopped: nothing leaks
+            await task
 
 
 async def start(rigs: Rigs, rig: Rig) -> Rig:
@@ -222,7 +223,8 @@ async def test_stop_starts_nothing_fetched_meanwhile(rig_factory: Rigs) -> None:
     job_id = await rig.submit(b"late")  # arrives while stop() begins
     await rig.consumer.stop(1.0)
     calls, in_flight = list(rig.executor.calls), rig.consumer.in_flight
-    await asyncio.wait_for(rig_factory[-1][1], 2.0)
+    async with asyncio.timeout(2.0):
+        await rig_factory[-1][1]
     for _ in range(5):
         await asyncio.sleep(0)
     assert in_flight == 0 and rig.consumer.in_flight == 0

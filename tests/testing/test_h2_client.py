@@ -97,12 +97,13 @@ def test_requests_in_flight_fail_clearly_when_the_gateway_dies(tmp_path: Path) -
             pending = [asyncio.create_task(client.post("/v1/depth", body, headers)) for _ in range(2)]
             await asyncio.sleep(0.3)
             gateway.kill()
-            return await asyncio.gather(*pending, return_exceptions=True)
+            async with asyncio.timeout(10.0):
+                return await asyncio.gather(*pending, return_exceptions=True)
         finally:
             await client.aclose()
 
     try:
-        outcomes = asyncio.run(asyncio.wait_for(run(), 10.0))
+        outcomes = asyncio.run(run())
     finally:
         gateway.stop()
         worker.stop()

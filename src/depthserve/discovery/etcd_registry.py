@@ -114,7 +114,8 @@ class EtcdRegistry:
             finally:
                 # A watch on a dead connection cannot be cancelled: nothing to undo, and never wait on it long.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(watch.cancel(), CANCEL_TIMEOUT_S)
+                    async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                        await watch.cancel()
 
     async def close(self) -> None:
         """Close the connection."""

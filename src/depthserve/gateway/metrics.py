@@ -299,7 +299,8 @@ class GatewayMetrics:
         if self.jobs_source is None:
             return
         with contextlib.suppress(Exception):  # a broker that is down must not break the scrape
-            self.jobs = await asyncio.wait_for(self.jobs_source(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                self.jobs = await self.jobs_source()
 
     async def exposition(self) -> bytes:
         """Render every metric in the Prometheus text format."""

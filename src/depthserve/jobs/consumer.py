@@ -109,7 +109,8 @@ class JobConsumer:
                 if free <= 0:
                     self._slot.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._slot.wait(), 0.5)
+                        async with asyncio.timeout(0.5):
+                            await self._slot.wait()
                     continue
                 try:
                     deliveries = await self.broker.fetch(free, 0.5)
@@ -151,7 +152,8 @@ class JobConsumer:
         ends = loop.time() + grace_s
         if self._loop_done is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._loop_done.wait(), max(grace_s, 1.0))  # a fetch waits at most 0.5 s
+                async with asyncio.timeout(max(grace_s, 1.0)):  # a fetch waits at most 0.5 s
+                    await self._loop_done.wait()
         if self._running:
             await asyncio.wait(list(self._running), timeout=max(0.0, ends - loop.time()))
         leftover = list(self._running)

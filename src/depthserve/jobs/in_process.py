@@ -51,9 +51,11 @@ class InProcessBroker(Broker):
     async def fetch(self, max_count: int, wait_s: float) -> list[Delivery]:
         out: list[Delivery] = []
         try:
-            out.append(_Delivery(await asyncio.wait_for(self._queue.get(), wait_s), self._dead, self._queue))
+            async with asyncio.timeout(wait_s):
+                job_id = await self._queue.get()
         except TimeoutError:
             return out
+        out.append(_Delivery(job_id, self._dead, self._queue))
         while len(out) < max_count and not self._queue.empty():
             out.append(_Delivery(self._queue.get_nowait(), self._dead, self._queue))
         return out

@@ -132,7 +132,8 @@ class RabbitBroker(Broker):
         while not messages:
             if self._inbox.empty():
                 try:
-                    first = await asyncio.wait_for(self._inbox.get(), max(0.0, ends - loop.time()))
+                    async with asyncio.timeout_at(ends):
+                        first = await self._inbox.get()
                 except TimeoutError:
                     return out
             else:

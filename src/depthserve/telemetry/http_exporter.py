@@ -45,11 +45,13 @@ class MetricsServer:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+            async with asyncio.timeout(5.0):
+                head = await reader.readuntil(b"\r\n\r\n")
             method, target, *_ = head[:_MAX_HEAD].split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             path = target.split("?", 1)[0]
             if method not in ("GET", "HEAD"):

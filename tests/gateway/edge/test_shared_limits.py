@@ -52,7 +52,8 @@ def test_a_slot_freed_in_one_process_goes_to_a_waiter_in_the_other(block: Path) 
                 pass
         assert full.value.reason == "queue_full"
         await holder.__aexit__(None, None, None)
-        await asyncio.wait_for(waiting, 2)  # handed over within a poll
+        async with asyncio.timeout(2):  # handed over within a poll
+            await waiting
         assert (first.in_flight, second.in_flight, second.gateway_in_flight) == (0, 1, 1)
         await queued.__aexit__(None, None, None)
         assert second.gateway_in_flight == 0

@@ -1,4 +1,5 @@
-"""BodyReader over a scripted ASGI receive: a refused upload's bytes are given back before its drain."""
+"""BodyReader over a scripted ASGI receive: a refused upload's bytes are given back before its drain; send_piece
+never loses a cancel."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from starlette.types import Message
 
 from depthserve.gateway.edge.upload_budget import UploadBudget
 from depthserve.gateway.errors import GatewayError
-from depthserve.gateway.http.asgi_io import BodyReader
+from depthserve.gateway.http.asgi_io import BodyReader, send_piece
 
 
 class ScriptedUpload:
@@ -53,3 +54,29 @@ async def test_a_refused_upload_frees_its_bytes_while_it_drains_so_the_other_one
     for lease in leases:
         lease.close()
     assert budget.held == 0 and budget.uploading == 0
+
+
+async def test_a_cancel_that_lands_as_a_piece_is_taken_stops_the_stream() -> None:
+    # The race behind a video that went on to its last frame after its client hung up: the client's
+    # hang-up cancels the task streaming the reply just as granian takes a piece into its buffer.
+    loop = asyncio.get_running_loop()
+    taken: asyncio.Future[None] = loop.create_future()
+    sent: list[Message] = []
+
+    def send(message: Message) -> asyncio.Future[None]:
+        sent.append(message)
+        return taken
+
+    streaming = asyncio.ensure_future(send_piece(send, b"frame", 30.0))
+    await settle()
+    taken.set_result(None)  # granian took the piece...
+    streaming.cancel()  # ...as the hang-up was seen
+    with pytest.raises(asyncio.CancelledError):
+        await streaming
+    assert [message["body"] for message in sent] == [b"frame"]
+
+
+async def test_a_piece_the_client_never_reads_times_out() -> None:
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    with pytest.raises(TimeoutError):
+        await send_piece(lambda message: never, b"frame", 0.05)

@@ -80,7 +80,8 @@ class VideoShare:
         async with self._freed:
             while self.frames[model] >= self.frame_cap(model):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._freed.wait(), 1.0)  # the capacity may grow meanwhile
+                    async with asyncio.timeout(1.0):  # the capacity may grow meanwhile
+                        await self._freed.wait()
             self.frames[model] += 1
         try:
             yield

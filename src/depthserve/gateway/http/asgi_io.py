@@ -153,6 +153,16 @@ async def send_bytes(send: Send, status: int, body: bytes, content_type: str, he
     await send({"type": "http.response.body", "body": body})
 
 
+async def send_piece(send: Send, body: bytes, timeout_s: float) -> None:
+    """Send one piece of a streamed reply, raising TimeoutError if the client reads nothing for `timeout_s`.
+
+    Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands as the send completes, and the
+    stream it belongs to (a video whose client went away) would go on to the end.
+    """
+    async with asyncio.timeout(timeout_s):
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
 async def send_error(send: Send, error: GatewayError, request_id: str) -> None:
     """Send a GatewayError as `{"error", "reason"}` JSON with Retry-After or WWW-Authenticate where they apply."""
     body = json.dumps({"error": error.message, "reason": error.reason}).encode()

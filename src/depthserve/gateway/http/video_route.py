@@ -24,7 +24,7 @@ from depthserve.gateway.dispatch.frame_dispatch import frame_infer
 from depthserve.gateway.edge.reply_budget import PIECE_BYTES, connection_of
 from depthserve.gateway.edge.video_share import VideoShare
 from depthserve.gateway.errors import GatewayError
-from depthserve.gateway.http.asgi_io import header_map, raw_headers
+from depthserve.gateway.http.asgi_io import header_map, raw_headers, send_piece
 from depthserve.gateway.http.error_boundary import request_id_of
 from depthserve.gateway.http.video_upload import VideoUpload, read_video_upload
 from depthserve.gateway.metrics import MODEL_KEY
@@ -130,10 +130,7 @@ class VideoEndpoint:
                     await send({"type": "http.response.start", "status": 200, "headers": self._headers(job)})
                     started = True
                 for start in range(0, len(piece), PIECE_BYTES):
-                    body = piece[start : start + PIECE_BYTES]
-                    await asyncio.wait_for(
-                        send({"type": "http.response.body", "body": body, "more_body": True}), timeout
-                    )
+                    await send_piece(send, piece[start : start + PIECE_BYTES], timeout)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except VideoError as error:
             if started:

@@ -37,7 +37,8 @@ class PeerServer:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), ASK_TIMEOUT_S)
+            async with asyncio.timeout(ASK_TIMEOUT_S):
+                line = await reader.readline()
             op, *args = line.decode().split()
             handler = self._handlers.get(op)
             writer.write(b"" if handler is None else await handler(args))
