@@ -1,4 +1,4 @@
-"""VideoShare's frame places: a frame whose video was cancelled while it waited never takes a place."""
+"""VideoShare's frame places: a frame waits for one and takes it as one frees, but never once its video is cancelled."""
 
 from __future__ import annotations
 
