@@ -18,6 +18,10 @@ With common random numbers (each live run replays one seed's draws), luck is out
 
 Two live runs of the same seed's draws (`same1.md same1b.md --seeds 1,1 --paired`) are also compared with
 each other: they differ only by the machine's timing, which bounds the agreement the simulator can show.
+The simulator's counterpart of that variation is its gateway's own timing (the health checks' jitter), redrawn
+by jitter seeds over one seed's draws: the median of several live runs against the median over jitter seeds,
+
+    python bench/sim_validate.py same1.md same2.md same3.md --seeds 1 --jitter-seeds 1-15 --duration 30
 """
 
 from __future__ import annotations
@@ -96,19 +100,29 @@ def median_of(runs: Sequence[Figures]) -> Figures:
     return {c: (statistics.median(r[c][0] for r in runs), statistics.median(r[c][1] for r in runs)) for c in cells}
 
 
-def simulate(scenario_name: str, cells: set[Cell], seeds: Sequence[int], duration: float, jobs: int) -> list[Figures]:
-    """The scenario's figures for the live cells, one set per seed (each cell measured after its warm-up)."""
+def simulate(
+    scenario_name: str,
+    cells: set[Cell],
+    seeds: Sequence[int],
+    duration: float,
+    jobs: int,
+    jitters: Sequence[int | None] = (None,),
+) -> list[Figures]:
+    """The scenario's figures for the live cells, one set per seed and jitter seed (each cell measured after its
+    warm-up); a jitter seed keeps the seed's arrivals and workers' draws and moves only the gateway's own timing."""
     scenario = load_scenario(resolve(scenario_name))
     policies = sorted({c[0] for c in cells})
     loads = sorted({c[1] for c in cells})
     console = Console(stderr=True)
     runs = []
     for seed in seeds:
-        drawn = scenario.model_copy(update={"seed": seed, "duration_s": scenario.warmup_s + duration})
-        results = run_all(drawn, policies, loads, console, jobs)
-        sketches = {(r.policy, round(r.load, 4)): r.stats.latency for r in results}
-        runs.append({cell: (_ms(s.quantile(0.5)), _ms(s.quantile(0.99))) for cell, s in sketches.items()})
-        console.print(f"seed {seed}: {len(results)} cells simulated")
+        for jitter in jitters:
+            update = {"seed": seed, "jitter_seed": jitter, "duration_s": scenario.warmup_s + duration}
+            results = run_all(scenario.model_copy(update=update), policies, loads, console, jobs)
+            sketches = {(r.policy, round(r.load, 4)): r.stats.latency for r in results}
+            runs.append({cell: (_ms(s.quantile(0.5)), _ms(s.quantile(0.99))) for cell, s in sketches.items()})
+            named = f"seed {seed}" + ("" if jitter is None else f", jitter seed {jitter}")
+            console.print(f"{named}: {len(results)} cells simulated")
     return runs
 
 
@@ -135,8 +149,8 @@ def report(live: list[Figures], sims: list[Figures]) -> list[str]:
     sim = median_of(sims)
     live_mid = median_of(live)
     lines = [
-        "| policy | load | live p50 | sim p50 median (range) | live ÷ sim | seeds below live | live p99 "
-        "| sim p99 median (range) | live ÷ sim | seeds below live |",
+        "| policy | load | live p50 | sim p50 median (range) | live ÷ sim | sim runs below live | live p99 "
+        "| sim p99 median (range) | live ÷ sim | sim runs below live |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in sorted(set(live_mid) & set(sim), key=lambda c: (c[0], c[1])):
@@ -162,7 +176,7 @@ def report(live: list[Figures], sims: list[Figures]) -> list[str]:
     if len(sims) > 1:  # one seed has no others: against itself it would read a perfect score
         for index, run in enumerate(sims):
             others = median_of([s for i, s in enumerate(sims) if i != index])
-            name = f"simulator seed {index + 1} against the other seeds' median"
+            name = f"simulator run {index + 1} against the other runs' median"
             lines.append(summary_row(name, agreement(run, others)))
     return lines
 
@@ -215,6 +229,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell, as the live run's")
     parser.add_argument("--jobs", type=int, default=1, help="simulated cells at once, each in its own process")
     parser.add_argument(
+        "--jitter-seeds",
+        type=seed_list,
+        help="simulate each seed again at these jitter seeds (1-15): the same arrivals and workers' draws, the "
+        "gateway's own timing redrawn, as live runs of one seed's draws differ; compare medians over them",
+    )
+    parser.add_argument(
         "--paired",
         action="store_true",
         help="the live tables replayed the simulator's draws (bench/policies.py --same-draws), one per seed of "
@@ -224,11 +244,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.paired and len(args.seeds) != len(args.live):
         parser.error(f"--paired: one seed per live table ({len(args.live)} tables, seeds {args.seeds})")
+    if args.paired and args.jitter_seeds:
+        parser.error("--paired compares each live table with one simulation: give --jitter-seeds without it")
     live = [read_live(path) for path in args.live]
     cells = set.intersection(*(set(run) for run in live))
     seeds = sorted(set(args.seeds))  # two live runs of one seed's draws share its simulation
-    by_seed = dict(zip(seeds, simulate(args.scenario, cells, seeds, args.duration, args.jobs), strict=True))
-    sims = [by_seed[seed] for seed in args.seeds]
+    if args.jitter_seeds:
+        sims = simulate(args.scenario, cells, seeds, args.duration, args.jobs, args.jitter_seeds)
+    else:
+        by_seed = dict(zip(seeds, simulate(args.scenario, cells, seeds, args.duration, args.jobs), strict=True))
+        sims = [by_seed[seed] for seed in args.seeds]
     lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
     Console(width=220).print("\n".join(lines), markup=False, highlight=False)
     if args.markdown is not None:

@@ -110,3 +110,14 @@ def test_time_outside_the_dispatch_path_shifts_what_clients_see_and_not_the_pick
     assert plain.served_by_kind == edged.served_by_kind  # the gateway never sees it: the same picks
     p50, edged_p50 = plain.stats.latency.quantile(0.5), edged.stats.latency.quantile(0.5)
     assert p50 is not None and edged_p50 is not None and 4.0 < edged_p50 - p50 < 6.0
+
+
+def test_a_jitter_seed_moves_the_gateways_own_timing_and_keeps_the_draws() -> None:
+    plain = summary([runner.run(small(), "p2c", 0.6)])
+    runs = {jitter: summary([runner.run(small(jitter_seed=jitter), "p2c", 0.6)]) for jitter in (1, 2)}
+    again = summary([runner.run(small(jitter_seed=1), "p2c", 0.6)])
+    assert _without_wall(json.dumps(again)) == _without_wall(json.dumps(runs[1]))  # reproducible per jitter seed
+    each = (plain, *runs.values())
+    assert len({json.dumps(s["runs"][0]["sent"]) for s in each}) == 1  # type: ignore[index]  # the same arrivals
+    outcomes = {json.dumps(_without_wall(json.dumps(s))) for s in each}
+    assert len(outcomes) == 3  # the health checks' jitter alone moves the picks and latencies

@@ -92,7 +92,8 @@ def requests_for(scenario: Scenario) -> list[InferRequest]:
 async def simulate(scenario: Scenario, policy: str, load: float) -> RunResult:
     """Run the scenario for one policy at one load on the running (virtual-time) loop."""
     loop = asyncio.get_running_loop()
-    random.seed(f"gateway:{scenario.seed}")  # the health checks' jitter
+    jitter = "" if scenario.jitter_seed is None else f":{scenario.jitter_seed}"
+    random.seed(f"gateway:{scenario.seed}{jitter}")  # the health checks' jitter
     settings, auto = policy_settings(scenario, policy)
     weighted = scenario.weighted is None or policy in scenario.weighted
     world = World(scenario, auto_weights=auto, static_weights=weighted)

@@ -139,6 +139,12 @@ class Scenario(Strict):
 
     name: str = "scenario"
     seed: int = 0
+    jitter_seed: int | None = Field(
+        None,
+        description="seed of the gateway's own random timing (its health checks' jitter) apart from `seed`; "
+        "the arrivals and the workers' draws stay `seed`'s, as a live cluster replaying the same draws "
+        "differs from run to run (default: `seed` alone)",
+    )
     duration_s: float = Field(60.0, gt=0)
     warmup_s: float = Field(5.0, ge=0, description="left out of the statistics")
     fleet: list[FleetEntry] = Field(default_factory=lambda: [FleetEntry.model_validate({"kind": "A100", "count": 4})])
