@@ -249,10 +249,9 @@ def main() -> None:
     live = [read_live(path) for path in args.live]
     cells = set.intersection(*(set(run) for run in live))
     seeds = sorted(set(args.seeds))  # two live runs of one seed's draws share its simulation
-    if args.jitter_seeds:
-        sims = simulate(args.scenario, cells, seeds, args.duration, args.jobs, args.jitter_seeds)
-    else:
-        by_seed = dict(zip(seeds, simulate(args.scenario, cells, seeds, args.duration, args.jobs), strict=True))
+    sims = simulate(args.scenario, cells, seeds, args.duration, args.jobs, args.jitter_seeds or (None,))
+    if not args.jitter_seeds:  # one simulation per seed, in the order of the live tables
+        by_seed = dict(zip(seeds, sims, strict=True))
         sims = [by_seed[seed] for seed in args.seeds]
     lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
     Console(width=220).print("\n".join(lines), markup=False, highlight=False)

@@ -130,14 +130,11 @@ class RabbitBroker(Broker):
         ends = loop.time() + wait_s
         messages: list[Any] = []
         while not messages:
-            if self._inbox.empty():
-                try:
-                    async with asyncio.timeout_at(ends):
-                        first = await self._inbox.get()
-                except TimeoutError:
-                    return out
-            else:
-                first = self._inbox.get_nowait()
+            try:
+                async with asyncio.timeout_at(ends):  # a waiting message is taken without a turn of the loop
+                    first = await self._inbox.get()
+            except TimeoutError:
+                return out
             messages = [first]
             while len(messages) < max_count and not self._inbox.empty():
                 messages.append(self._inbox.get_nowait())
