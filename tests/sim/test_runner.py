@@ -118,6 +118,6 @@ def test_a_jitter_seed_moves_the_gateways_own_timing_and_keeps_the_draws() -> No
     again = summary([runner.run(small(jitter_seed=1), "p2c", 0.6)])
     assert _without_wall(json.dumps(again)) == _without_wall(json.dumps(runs[1]))  # reproducible per jitter seed
     each = (plain, *runs.values())
-    assert len({json.dumps(s["runs"][0]["sent"]) for s in each}) == 1  # type: ignore[index]  # the same arrivals
+    assert len({json.dumps(s["runs"][0]["sent"]) for s in each}) == 1  # the same arrivals
     outcomes = {json.dumps(_without_wall(json.dumps(s))) for s in each}
     assert len(outcomes) == 3  # the health checks' jitter alone moves the picks and latencies
