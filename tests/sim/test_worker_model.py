@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from depthserve.protocol.load_report import LoadReport
 from depthserve.sim.worker_model import GpuKind, Job, ServiceModel, SimWorker
 from depthserve.testing import virtual_time
 
@@ -83,3 +84,21 @@ def test_the_workers_own_time_per_batch_is_not_scaled_by_its_speed() -> None:
     rng = random.Random(0)
     assert service.time(1.0, 1.0, rng) == pytest.approx(0.021)
     assert service.time(1.0, 0.25, rng) == pytest.approx(0.081)  # the device is 4x slower, the host is not
+
+
+def test_a_reply_reports_the_next_batch_already_running_as_a_real_worker_does() -> None:
+    """A real worker's batcher starts its next batch before it answers the last one's callers, so a busy worker's
+    reply shows work running and its activations in memory; a report taken first read every busy worker as idle."""
+
+    async def main() -> list[LoadReport]:
+        loop = asyncio.get_running_loop()
+        sim = worker(max_batch=1)
+        futures = [loop.create_future() for _ in range(3)]
+        for future in futures:
+            assert sim.submit(Job(1.0, 0, future, loop.time()), loop)
+        return [await future for future in futures]  # type: ignore[misc]
+
+    first, second, last = virtual_time.run(main())
+    assert [(r.queue, r.running) for r in (first, second, last)] == [(1, 1), (0, 1), (0, 0)]
+    assert first.mem_total and first.mem_used / first.mem_total == pytest.approx(0.25)  # model plus one in flight
+    assert last.mem_used / last.mem_total == pytest.approx(0.20)  # the model alone: nothing left to run

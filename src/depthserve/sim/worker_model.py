@@ -148,12 +148,12 @@ class SimWorker:
         if self.hung or self.dead or self.cut_off:
             return  # the replies never arrive; the gateway's timeouts deal with it
         self.served += len(batch)
+        self._start(loop)
         report = self.report(now)
         if self.service.network_s > 0:
             loop.call_at(now + self.service.network_s, _answer, batch, report)
         else:
             _answer(batch, report)
-        self._start(loop)
 
     def _trim(self, now: float) -> None:
         """Forget batches that ended before the utilisation window."""
