@@ -182,3 +182,20 @@ def test_drifting_measured_weights_rarely_rebuild(algorithm: str) -> None:
 def test_bad_options(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_policy("consistent_hash", options)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_backend_a_request_is_bound_to_is_its_first_pick_and_draws_nothing(algorithm: str) -> None:
+    """Admission caps a hashed request by the backend `bound` names before it is picked: the two must agree, and
+    the preview must not move the seeded draws of requests without a key."""
+    policy = make_policy("consistent_hash", {"algorithm": algorithm, "fallback": "random"}, seed=3)
+    twin = make_policy("consistent_hash", {"algorithm": algorithm, "fallback": "random"}, seed=3)
+    assert isinstance(policy, ConsistentHash)
+    snap = pool(6)
+    for key in KEYS[:500]:
+        assert policy.bound(snap, request(key)) == policy.pick(snap, request(key), 1)[0]
+    assert policy.bound(snap, request()) is None  # no key: a random start, known only when picked
+    assert [policy.pick(snap, request())[0] for _ in range(50)] == [twin.pick(snap, request())[0] for _ in range(50)]
+    assert policy.bound(snapshot(), request("k")) is None  # nobody serves
+    bounded = make_policy("consistent_hash", {"algorithm": algorithm, "bounded_load": 1.25})
+    assert isinstance(bounded, ConsistentHash) and bounded.bound(snap, request("k")) is None  # the load decides

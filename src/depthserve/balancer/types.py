@@ -143,6 +143,17 @@ class Learner(Protocol):
         ...
 
 
+@runtime_checkable
+class Binding(Protocol):
+    """A policy that can bind a request to one backend by the request alone (a hash key), before it is admitted,
+    so the gateway caps the request by that backend's capacity instead of the whole pool's."""
+
+    def bound(self, snapshot: Snapshot, request: RequestInfo) -> str | None:
+        """The backend `pick` would put first for this request whatever the load, or None when that depends on
+        more than the request (no key, a load bound); like `pick`, no I/O, and it draws nothing random."""
+        ...
+
+
 class PolicyFactory(Protocol):
     """Builds a policy from validated options; registered under the policy's name."""
 

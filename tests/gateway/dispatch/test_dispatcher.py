@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from depthserve.balancer import make_policy
 from depthserve.balancer.types import RequestInfo
 from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.dispatcher import Dispatcher
@@ -15,7 +16,7 @@ from depthserve.gateway.errors import GatewayError
 from depthserve.gateway.upstream.pool import BackendPool
 from depthserve.probes import free_port
 from depthserve.protocol.depth_api import DepthInputs, build_request
-from depthserve.settings import GatewaySettings, WorkerSettings
+from depthserve.settings import GatewaySettings, VersionRouteConfig, WorkerSettings
 from depthserve.testing.fakes import FixedOrder
 from depthserve.testing.tcp_proxy import TcpProxy
 from depthserve.worker.server import Worker
@@ -265,3 +266,26 @@ async def test_full_workers_are_skipped_and_their_refusals_do_not_become_retries
         assert retries == 3
     finally:
         await dispatcher.pool.close()
+
+
+async def test_a_hash_policy_binds_a_request_to_its_backend_before_admission() -> None:
+    """Admission caps a hashed request by the backend the dispatcher then sends it to; other policies bind nothing,
+    and neither does a model whose version split would draw the request's version."""
+    addresses = [f"127.0.0.1:{port}" for port in (1, 2, 3)]
+    settings = GatewaySettings(backends=addresses, slow_start_s=0)
+    pool = BackendPool.from_settings(settings)
+    for backend in pool.backends.values():
+        backend.health.check_passed(pool.clock(), settings.healthy_threshold)
+    ip_hash = make_policy("ip_hash")
+    dispatcher = Dispatcher(pool, DispatchConfig.of(settings), ip_hash, {"other": make_policy("round_robin")})
+    bound = set()
+    for host in range(40):
+        info = RequestInfo(model="lingbot-depth", client=f"10.0.0.{host}")
+        bound.add(dispatcher.lane(info))
+        assert dispatcher.lane(info) == ip_hash.pick(pool.snapshot_for(info), info, 1)[0]
+    assert bound == set(addresses)
+    assert dispatcher.lane(RequestInfo(model="other", client="10.0.0.1")) == ""  # round robin: any backend
+    assert dispatcher.lane(RequestInfo(model="lingbot-depth")) == ""  # no address: a random start
+    split = GatewaySettings(backends=addresses, versions={"lingbot-depth": VersionRouteConfig(weights={"v1": 1})})
+    canary = Dispatcher(BackendPool.from_settings(split), DispatchConfig.of(split), ip_hash)
+    assert canary.lane(RequestInfo(model="lingbot-depth", client="10.0.0.1")) == ""

@@ -41,12 +41,13 @@ class Holder:
         model: str = "m",
         clock: Callable[[], float] = time.monotonic,
         client: str = "",
+        lane: str = "",
     ) -> None:
         self.release = asyncio.Event()
         self.entered = asyncio.Event()
 
         async def run(priority: str) -> None:
-            async with controller.admit(model, clock() + 60, priority, client):
+            async with controller.admit(model, clock() + 60, priority, client, lane):
                 order.append(name)
                 self.entered.set()
                 await self.release.wait()
@@ -614,3 +615,74 @@ async def test_express_slots_leave_the_workers_capacity_to_the_heavy_clients_que
         holder.release.set()
     await asyncio.gather(*tasks)
     assert controller.in_flight == 0
+
+
+async def test_requests_bound_to_a_busy_backend_wait_for_its_slots_and_others_pass() -> None:
+    """A hash policy's requests are capped by their backend's capacity: the busy backend's surplus waits here, a
+    request bound to the idle one goes at once, and a slot the busy one frees goes to its own waiters only."""
+    lanes = {"a:1": 2, "b:1": 2}  # each backend runs one request with one queued
+    controller = AdmissionController(16, 16, capacity=lambda model: 8, lane_capacity=lanes.get)
+    order: list[str] = []
+    busy = [Holder(controller, order, f"a{i}", client=f"c{i}", lane="a:1") for i in range(4)]
+    tasks = [holder.start() for holder in busy]
+    await until(lambda: controller.queued["normal"] == 2)  # the model's cap (8) has room; backend a's (2) has not
+    assert order == ["a0", "a1"]
+    idle = [Holder(controller, order, f"b{i}", client=f"d{i}", lane="b:1") for i in range(3)]
+    for holder in idle[:2]:
+        tasks.append(holder.start())
+        await holder.entered.wait()  # backend b has room: no wait behind a's line
+    tasks.append(idle[2].start())
+    await until(lambda: controller.queued["normal"] == 3)  # b is full now too
+    busy[0].release.set()
+    await busy[2].entered.wait()  # a's freed slot goes to a's next waiter, not to b's
+    assert order == ["a0", "a1", "b0", "b1", "a2"] and controller.queued["normal"] == 2
+    idle[0].release.set()
+    await idle[2].entered.wait()
+    for holder in busy + idle:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller._lanes.in_flight == {}  # every bound slot given back
+
+
+async def test_a_bound_request_whose_backend_is_unknown_is_held_to_the_models_cap() -> None:
+    controller = AdmissionController(16, 16, capacity=lambda model: 2, lane_capacity=lambda backend: None)
+    order: list[str] = []
+    holders = [Holder(controller, order, f"h{i}", client="c", lane="new:1") for i in range(3)]
+    tasks = [holder.start() for holder in holders]
+    await until(lambda: controller.queued["normal"] == 1)
+    assert order == ["h0", "h1"]  # no report from the backend yet: the pool-wide cap still holds
+    for holder in holders:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_the_door_estimates_a_bound_request_by_its_backends_rate() -> None:
+    """A client bound to a slow backend is refused by that backend's pace, not promised the whole pool's; one bound
+    to a backend with room is not asked to wait at all."""
+    clock = FakeClock()
+    lanes = {"slow:1": 1, "fast:1": 1}
+    controller = AdmissionController(
+        16, 64, clock=clock, capacity=lambda model: 2, max_queue_wait_s=5.0, lane_capacity=lanes.get
+    )
+
+    async def served(client: str, lane: str) -> None:
+        async with controller.admit("m", clock() + 60, "normal", client, lane):
+            clock.advance(1 / 21)
+
+    for _ in range(40):  # backend fast ends 20 requests a second, slow 1: the pool's rate is 21
+        for _ in range(20):
+            await served("f", "fast:1")
+        await served("s", "slow:1")
+    order: list[str] = []
+    slow = [Holder(controller, order, f"s{i}", clock=clock, client="s", lane="slow:1") for i in range(6)]
+    tasks = [holder.start() for holder in slow]
+    await until(lambda: controller.queued["normal"] == 5)  # one runs, five wait: a sixth would be 6 s at 1 a second
+    assert controller.expected_wait("s") is not None and controller.expected_wait("s") < 1.0  # the pool's pace
+    with pytest.raises(GatewayError) as refused:
+        controller.check_door("m", clock() + 60, "s", "slow:1")
+    assert refused.value.reason == "queue_full" and "about 6.0s" in refused.value.message
+    controller.check_door("m", clock() + 60, "f", "fast:1")  # fast has room: nothing to estimate
+    for holder in slow:
+        holder.release.set()
+    await asyncio.gather(*tasks)
+    assert controller.in_flight == 0 and controller._lanes.in_flight == {}

@@ -1,4 +1,5 @@
-"""The waiting room's order (priority, then fewest slots held, ties in turn) and whom it sheds, as a scan finds."""
+"""The waiting room's order (priority, then fewest slots held, ties in turn) and whom it sheds, as a scan finds;
+a waiter runs when its model and lane (the backend a hash policy binds it to) can."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from depthserve.handoff import Ticket
 
 CLIENTS = "abcdef"
 MODELS = "xyz"
+LANES = ("", "10.0.0.1:50051", "10.0.0.2:50051")  # "": any backend of the model
 
 
 class ScanRoom:
@@ -31,11 +33,11 @@ class ScanRoom:
         if not lines[waiter.client]:
             del lines[waiter.client]
 
-    def next_to_serve(self, runnable: set[str], held: Counter[str]) -> Waiter | None:
+    def next_to_serve(self, runnable: set[tuple[str, str]], held: Counter[str]) -> Waiter | None:
         for lines in self.lines.values():
             best: tuple[int, str, Waiter] | None = None
             for client, line in lines.items():  # first in turn wins among equals: only a strictly lower count replaces
-                waiter = next((w for w in line if w.model in runnable), None)
+                waiter = next((w for w in line if (w.model, w.lane) in runnable), None)
                 if waiter is not None and (best is None or held[client] < best[0]):
                     best = (held[client], client, waiter)
             if best is not None:
@@ -77,7 +79,7 @@ async def drive(rng: random.Random, clients: str, models: str) -> None:
         step = rng.choices(["push", "remove", "take", "release", "serve", "shed"], weights=[4, 1, 3, 3, 3, 2])[0]
         client = rng.choice(clients)
         if step == "push":
-            waiter = Waiter(rng.choice(models), rng.choice(PRIORITIES), client, Ticket())
+            waiter = Waiter(rng.choice(models), rng.choice(PRIORITIES), client, Ticket(), rng.choice(LANES))
             room.push(waiter)
             reference.push(waiter)
             queued.append(waiter)
@@ -90,9 +92,9 @@ async def drive(rng: random.Random, clients: str, models: str) -> None:
             held[client] += 1 if step == "take" else -1
             room.holding_changed(client)
         elif step == "serve":
-            runnable = {model for model in models if rng.random() < 0.6}
+            runnable = {(model, lane) for model in models for lane in LANES if rng.random() < 0.6}
             expected = reference.next_to_serve(runnable, held)
-            assert room.next_to_serve(runnable.__contains__) is expected
+            assert room.next_to_serve(lambda model, lane, keys=runnable: (model, lane) in keys) is expected
             if expected is not None:
                 queued.remove(expected)
         elif step == "shed":  # as a newcomer to a full room: the victim, if any, leaves
@@ -105,12 +107,12 @@ async def drive(rng: random.Random, clients: str, models: str) -> None:
                 queued.remove(expected)
         assert len(room) == len(queued)
     while queued:  # drain: the whole remaining order agrees too
-        expected = reference.next_to_serve(set(MODELS), held)
-        assert expected is not None and room.next_to_serve(lambda model: True) is expected
+        expected = reference.next_to_serve({(model, lane) for model in MODELS for lane in LANES}, held)
+        assert expected is not None and room.next_to_serve(lambda model, lane: True) is expected
         queued.remove(expected)
         held[expected.client] += 1
         room.holding_changed(expected.client)
-    assert room.next_to_serve(lambda model: True) is None
+    assert room.next_to_serve(lambda model, lane: True) is None
 
 
 async def test_among_clients_holding_as_many_the_one_served_longest_ago_goes_first() -> None:
@@ -120,20 +122,20 @@ async def test_among_clients_holding_as_many_the_one_served_longest_ago_goes_fir
     for client in "cab":
         for waiter in waiters[client]:
             room.push(waiter)
-    assert room.next_to_serve(lambda model: True) is waiters["a"][0]  # a and b hold 1; a came first
+    assert room.next_to_serve(lambda model, lane: True) is waiters["a"][0]  # a and b hold 1; a came first
     held["a"] += 1
     room.holding_changed("a")
-    assert room.next_to_serve(lambda model: True) is waiters["b"][0]
+    assert room.next_to_serve(lambda model, lane: True) is waiters["b"][0]
     held["c"] -= 2
     room.holding_changed("c")  # now c holds least
-    assert room.next_to_serve(lambda model: True) is waiters["c"][0]
+    assert room.next_to_serve(lambda model, lane: True) is waiters["c"][0]
     held["c"] += 3
     held["b"] += 1
     room.holding_changed("c")
     room.holding_changed("b")
-    assert room.next_to_serve(lambda model: model != "m") is None  # nothing runnable: nobody is taken
+    assert room.next_to_serve(lambda model, lane: model != "m") is None  # nothing runnable: nobody is taken
     # a and b hold 2 each; a was served before b, so after the turns used since it comes first
-    assert room.next_to_serve(lambda model: True) is waiters["a"][1]
-    assert room.next_to_serve(lambda model: True) is waiters["b"][1]
-    assert room.next_to_serve(lambda model: True) is waiters["c"][1]
+    assert room.next_to_serve(lambda model, lane: True) is waiters["a"][1]
+    assert room.next_to_serve(lambda model, lane: True) is waiters["b"][1]
+    assert room.next_to_serve(lambda model, lane: True) is waiters["c"][1]
     assert len(room) == 0

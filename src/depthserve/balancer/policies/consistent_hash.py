@@ -152,6 +152,15 @@ class ConsistentHash:
             order = table.walk(slot, limit)
         return with_drained(order, pool, limit)
 
+    def bound(self, snapshot: Snapshot, request: RequestInfo) -> str | None:
+        """The backend the request's key lands on: its first pick, unless the load is bounded or it has no key."""
+        pool = snapshot.table
+        key = None if self._bound else self.key(request)
+        if key is None or not pool.serving:
+            return None
+        table = self._table_for(pool)
+        return table.walk(table.slot(stable_hash(key)), 1)[0]
+
     def _bounded(self, order: list[str], serving: Sequence[View], weights: Sequence[float]) -> list[str]:
         """Backends under their load cap first, in walk order (reads every in-flight count: O(N))."""
         in_flight = {b.id: max(b.in_flight, 0) for b in serving}

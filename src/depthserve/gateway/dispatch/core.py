@@ -45,5 +45,7 @@ class GatewayCore:
         policies = {model: make_policy(p.name, p.options, seed) for model, p in settings.policies.items()}
         default_policy = make_policy(settings.policy, settings.policy_options, seed)
         dispatcher = Dispatcher(pool, DispatchConfig.of(settings), default_policy, policies)
-        edge = Edge(EdgeConfig.of(settings), clock, capacity=pool.concurrency, share=share)  # surplus waits fairly
+        # Surplus waits fairly: a model's beyond what its workers hold, a bound request's beyond what its backend does.
+        capacity, lane_capacity = pool.concurrency, pool.backend_concurrency
+        edge = Edge(EdgeConfig.of(settings), clock, capacity=capacity, share=share, lane_capacity=lane_capacity)
         return cls(pool, dispatcher, edge, Forwarder(settings, dispatcher, edge))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-from depthserve.balancer.types import Learner, Policy, RequestInfo, Snapshot, View
+from depthserve.balancer.types import Binding, Learner, Policy, RequestInfo, Snapshot, View
 from depthserve.gateway.config import DispatchConfig
 from depthserve.gateway.dispatch.attempts import AttemptFailed, Attempts, deadline_error
 from depthserve.gateway.dispatch.latency_window import LatencyWindow
@@ -57,6 +57,8 @@ class Dispatcher:
         self.pool = pool
         self.default_policy = default_policy
         self.policies = dict(policies or {})
+        self._binding = {model: _binding(policy) for model, policy in self.policies.items()}
+        self._default_binding = _binding(default_policy)
         self.settings = config
         self.budget = RetryBudget(self.settings.retry_budget_percent, self.settings.min_retry_concurrency)
         self.latencies = LatencyWindow()
@@ -87,6 +89,14 @@ class Dispatcher:
     def policy_for(self, model: str) -> Policy:
         """The policy configured for a model, or the default one."""
         return self.policies.get(model, self.default_policy)
+
+    def lane(self, info: RequestInfo) -> str:
+        """The backend a hash policy binds the request to ("" when none does), so admission caps it by that
+        backend's capacity; none where a version split would draw the version (a preview must draw nothing)."""
+        policy = self._binding.get(info.model, self._default_binding)
+        if policy is None or (not info.version and info.model in self.pool.routes.routes):
+            return ""
+        return policy.bound(self.pool.snapshot_for(info), info) or ""
 
     async def _attempt(
         self,
@@ -259,3 +269,8 @@ class Dispatcher:
 
 
 __all__ = ["Dispatcher", "GatewayError"]
+
+
+def _binding(policy: Policy) -> Binding | None:
+    """The policy as one that binds requests to a backend by themselves, or None (told once, not per request)."""
+    return policy if isinstance(policy, Binding) else None

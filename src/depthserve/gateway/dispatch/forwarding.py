@@ -76,13 +76,14 @@ class Forwarder:
             timeout_s = request_timeout(headers, self.settings)
         deadline = edge.clock() + timeout_s
         priority = edge.priority(headers)  # a bad X-Priority is a 400 before the body is read
-        edge.admission.check_door(model, deadline, who)  # a client over its queue budget: no need to read its body
+        info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
+        lane = self.dispatcher.lane(info)  # the backend a hash policy binds it to: its capacity caps the request
+        edge.admission.check_door(model, deadline, who, lane)  # a client over its queue budget: its body is not read
         with edge.uploads.lease(who) as lease:
             request = await self._upload(build, lease, deadline, timeout_s)
-            async with edge.admission.admit(model, deadline, priority, who) as express:
+            async with edge.admission.admit(model, deadline, priority, who, lane) as express:
                 request = for_worker(request, express)
                 left = deadline - edge.clock()
-                info = RequestInfo(model=model, headers=headers, client=client or "", version=version)
                 return await self.dispatcher.infer(request, info, left, request_id, timeout_s)
 
     async def _upload(self, build: BuildRequest, lease: UploadLease, deadline: float, timeout_s: float) -> InferRequest:

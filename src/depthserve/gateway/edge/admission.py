@@ -8,6 +8,11 @@ one batch queued each, so surplus waits here, where the client holding fewest sl
 wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline) is refused at the
 door, in milliseconds, rather than queued to time out later.
 
+A request a hash policy binds to one backend (its lane, lanes.py) is capped by that backend's capacity
+instead of the model's, and its wait estimated from that backend's rate of releases and the clients
+waiting for it: a worker the hash sends more than it runs keeps its surplus here, and requests bound for
+the idle workers beside it pass.
+
 A worker runs its requests in turn, so a light client's request that waits here for a slot then
 waits again at the worker behind the heavy client's queued batch. Instead, while a heavy client holds
 half the workers' capacity or more, a light one (holding less than half of what the heaviest other
@@ -24,18 +29,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 
 from depthserve import handoff
 from depthserve.gateway.edge.holdings import Holdings
+from depthserve.gateway.edge.lanes import RATE_WINDOW, Lanes, events_per_second
 from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
 from depthserve.gateway.errors import GatewayError
 from depthserve.handoff import Ticket
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.tracing import active, span
 
-_RATE_WINDOW = 64  # recent releases that estimate how fast the queue drains
 ACTIVE_S = 1.0  # a client served this recently still shares the pool, though it holds nothing this instant
 _MAX_RETRY_AFTER = 30.0  # past this an estimate says "later", not a useful number
 CAPACITY_TTL_S = 0.05  # a model's capacity is read from the pool at most this often
@@ -58,6 +63,7 @@ class AdmissionController:
         clock: Callable[[], float] = time.monotonic,
         capacity: Callable[[str], int | None] | None = None,
         max_queue_wait_s: float = float("inf"),
+        lane_capacity: Callable[[str], int | None] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_queue < 0:
             raise ValueError("max_in_flight must be >= 1 and max_queue >= 0")
@@ -70,13 +76,14 @@ class AdmissionController:
         self.max_queue_wait_s = max_queue_wait_s
         self._clock = clock
         self._capacity = capacity  # model -> requests its workers can hold now (None: unknown, no cap)
+        self._lanes = Lanes(lane_capacity)  # requests a hash policy binds to one backend, per backend
         self._capacities: dict[str, tuple[float, int | None]] = {}  # model -> (read at, capacity)
         self._model_in_flight: Counter[str] = Counter()
         self._express_in_flight: Counter[str] = Counter()  # the part of _model_in_flight past the workers' capacity
         self._holdings = Holdings()
         self._client_in_flight = self._holdings.per_client  # read here; changed only through _holdings
         self._room = WaitingRoom(self._client_in_flight.__getitem__)
-        self._releases: deque[float] = deque(maxlen=_RATE_WINDOW)
+        self._releases: deque[float] = deque(maxlen=RATE_WINDOW)
         self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
         self._unserved_holders = 0  # clients holding a slot that are not in _last_served: the active count's rest
         self._pruned_at = float("-inf")
@@ -101,20 +108,20 @@ class AdmissionController:
         return self._room.waiting_for(model)
 
     def admit(
-        self, model: str, deadline: float, priority: str = "normal", client: str = ""
+        self, model: str, deadline: float, priority: str = "normal", client: str = "", lane: str = ""
     ) -> AbstractAsyncContextManager[bool]:
         """Hold a slot for the body of `async with`; `deadline` is absolute on this controller's clock.
 
         `client` is who the request is counted under (API key name or address): a freed slot goes to
-        the waiting client that holds the fewest. `async with` gives True when the request is to go to
-        the front of a worker's queue (an express slot, or a light client's queued request), else False.
-        Raises ValueError at once for an
-        unknown priority (the caller answers 400), and GatewayError 503 "queue_full" or "deadline" from
-        `async with` when no slot can be had in time.
+        the waiting client that holds the fewest. `lane` is the backend a hash policy binds it to, if any.
+        `async with` gives True when the request is to go to the front of a worker's queue (an express slot,
+        or a light client's queued request), else False. Raises ValueError at once for an unknown priority
+        (the caller answers 400), and GatewayError 503 "queue_full" or "deadline" from `async with` when no
+        slot can be had in time.
         """
         if priority not in RANK:
             raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(PRIORITIES)}")
-        return _Slot(self, model, deadline, priority, client)
+        return _Slot(self, model, deadline, priority, client, lane)
 
     def retry_after(self) -> float:
         """Estimate seconds until a retry could be served: queue length over the recent release rate."""
@@ -127,7 +134,7 @@ class AdmissionController:
         backlog = len(self._room) + 1
         return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
 
-    async def _enter(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
+    async def _enter(self, model: str, deadline: float, priority: str, client: str, lane: str) -> tuple[bool, bool]:
         """Take a slot (waiting in the queue if need be) and count the wait; say (express slot, front of queue).
 
         A slot free at once is taken without a coroutine of its own or a no-op span: nearly every request's case.
@@ -135,18 +142,22 @@ class AdmissionController:
         asked = self._clock()
         if active():
             with span("gateway.admission", model=model, priority=priority):
-                taken = self._take_free(model, priority, client) or await self._queue(model, deadline, priority, client)
+                taken = self._take_free(model, priority, client, lane) or await self._queue(
+                    model, deadline, priority, client, lane
+                )
         else:
-            taken = self._take_free(model, priority, client) or await self._queue(model, deadline, priority, client)
+            taken = self._take_free(model, priority, client, lane) or await self._queue(
+                model, deadline, priority, client, lane
+            )
         self.admitted += 1
         self.wait_seconds.observe(self._clock() - asked)
         return taken
 
-    def _take_free(self, model: str, priority: str, client: str) -> tuple[bool, bool] | None:
+    def _take_free(self, model: str, priority: str, client: str, lane: str) -> tuple[bool, bool] | None:
         """Take a slot free now, or an express one: (express slot, front of queue); None when it must queue."""
         self._dispatch()  # a capacity that grew since the last release may let waiters in first
-        if self._has_room(model) and self._claim():  # by the invariant nobody queued could use this slot
-            self._take(model, client)
+        if self._has_room(model, lane) and self._claim():  # by the invariant nobody queued could use this slot
+            self._take(model, client, lane)
             return False, False
         if priority != "low" and self._express_room(model, client) and self._claim():
             self._take(model, client)
@@ -155,40 +166,42 @@ class AdmissionController:
             return True, True
         return None
 
-    async def _queue(self, model: str, deadline: float, priority: str, client: str) -> tuple[bool, bool]:
+    async def _queue(self, model: str, deadline: float, priority: str, client: str, lane: str) -> tuple[bool, bool]:
         """Wait in the queue for a slot, unless the deadline or the wait budget refuses it first."""
         remaining = deadline - self._clock()
         if remaining <= 0:
             raise self._reject("deadline", f"deadline passed before a slot for model {model!r} was free")
-        self._check_wait(client, remaining)
+        self._check_wait(client, remaining, model, lane)
         if self._queued_total() >= self.max_queue:
             self._make_place(priority, client)
-        waiter = Waiter(model, priority, client, Ticket())
+        waiter = Waiter(model, priority, client, Ticket(), lane)
         self._room.push(waiter)
         # A refusal (shed for a lighter client) is raised from here; a slot granted as we are cancelled goes on.
         granted = await handoff.wait(
             waiter.ticket,
             remaining,
-            lambda: self._release(model, client, waiter.express),
+            lambda: self._release(model, client, waiter.express, lane),
             lambda: self._room.remove(waiter),
         )
         if not granted:
             raise self._reject("deadline", f"deadline passed while queued for model {model!r}")
         return waiter.express, waiter.front
 
-    def check_door(self, model: str, deadline: float, client: str) -> None:
+    def check_door(self, model: str, deadline: float, client: str, lane: str = "") -> None:
         """Refuse now (503 queue_full) a request that would have to queue past its budget, before its body is read.
 
         The same rule `admit` applies once the body is in; checked first, it spares an over-budget
         client's uploads the reading and the gateway the work.
         """
-        if not self._has_room(model):
-            self._check_wait(client, deadline - self._clock())
+        if not self._has_room(model, lane):
+            self._check_wait(client, deadline - self._clock(), model, lane)
 
-    def _check_wait(self, client: str, remaining: float) -> None:
+    def _check_wait(self, client: str, remaining: float, model: str, lane: str) -> None:
         """Refuse at the door a request that would wait past its budget, by the client's recent service rate."""
         budget = min(self.max_queue_wait_s, remaining / 2)
-        expected = self.expected_wait(client)
+        expected = self._lane_wait(model, lane, client) if lane else None
+        if expected is None:
+            expected = self.expected_wait(client)
         if expected is not None and expected > budget:
             raise self._reject(
                 "queue_full",
@@ -203,7 +216,7 @@ class AdmissionController:
         among the clients active lately; counting on no more keeps the estimate on the safe side (a
         heavy client's own recent rate swings with its neighbours' bursts).
         """
-        total = _rate(self._releases)
+        total = events_per_second(self._releases)
         if total is None:
             return None
         self._prune()
@@ -212,6 +225,15 @@ class AdmissionController:
         known = client in self._last_served or client in self._client_in_flight
         active = len(self._last_served) + self._unserved_holders + (0 if known else 1)
         return (self._room.waiting(client) + 1) * active / total
+
+    def _lane_wait(self, model: str, lane: str, client: str) -> float | None:
+        """Seconds a request of `client` bound to backend `lane` would queue: the same estimate as
+        `expected_wait`, from that backend's release rate and the clients waiting for it; None when unknown."""
+        rate = self._lanes.rate((model, lane))
+        if rate is None:
+            return None
+        own, clients = self._room.lane_line(model, lane, client)
+        return (own + 1) * (clients + (0 if own else 1)) / rate
 
     def _prune(self, now: float | None = None) -> None:
         """Forget clients idle for ACTIVE_S (looked at most every ACTIVE_S/2): memory stays bounded."""
@@ -227,6 +249,7 @@ class AdmissionController:
         ]
         for client in idle:
             del self._last_served[client]
+        self._lanes.prune(now - ACTIVE_S)
 
     def _make_place(self, priority: str, client: str) -> None:
         """Make one queue place by shedding a lower-priority or heavier client's newest waiter, or reject."""
@@ -259,7 +282,7 @@ class AdmissionController:
             return False
         return self._express_open(model) and self._under_share(model, client)
 
-    def _express_open(self, model: str) -> bool:
+    def _express_open(self, model: str, lane: str = "") -> bool:
         """Whether the model's express slots (as many as its workers' capacity) and any configured limit leave room."""
         capacity = self._capacities.get(model, (0.0, None))[1]  # read by _has_room an instant ago
         limit = self.model_limits.get(model)
@@ -280,17 +303,29 @@ class AdmissionController:
         heaviest = self._holdings.most_held_by_other(client)
         return heaviest * 2 >= capacity and self._client_in_flight.get(client, 0) * 2 < heaviest
 
-    def _has_room(self, model: str) -> bool:
+    def _has_room(self, model: str, lane: str = "") -> bool:
         """Whether a regular slot is free: express slots are not counted against the workers' capacity, but
-        every slot is against a configured limit."""
-        cap = self._model_cap(model)
+        every slot is against a configured limit. A request bound to a backend of known capacity is held to
+        that backend's, not the model's (which its neighbours' surplus may fill)."""
         in_flight = self._model_in_flight[model]
-        if cap is not None and in_flight - self._express_in_flight.get(model, 0) >= cap:
-            return False
+        cap = self._lane_cap(lane) if lane else None
+        if cap is not None:
+            if self._lanes.in_flight[(model, lane)] >= cap:
+                return False
+        else:
+            cap = self._model_cap(model)
+            if cap is not None and in_flight - self._express_in_flight.get(model, 0) >= cap:
+                return False
         limit = self.model_limits.get(model)
         return (limit is None or in_flight < limit) and self.in_flight < self.max_in_flight
 
-    def _take(self, model: str, client: str) -> None:
+    def _lane_cap(self, lane: str) -> int | None:
+        """The requests the backend `lane` holds without a long queue, or None when unknown."""
+        return self._lanes.cap(lane)
+
+    def _take(self, model: str, client: str, lane: str = "") -> None:
+        if lane:
+            self._lanes.take((model, lane))
         self.in_flight += 1
         self._model_in_flight[model] += 1
         if not self._holdings.take(client) and client not in self._last_served:
@@ -308,7 +343,7 @@ class AdmissionController:
         """Requests waiting for a slot in the whole gateway (every process's queue, with several)."""
         return len(self._room)
 
-    def _release(self, model: str, client: str, express: bool = False) -> None:
+    def _release(self, model: str, client: str, express: bool = False, lane: str = "") -> None:
         self._unclaim()
         if express:
             self._express_in_flight[model] -= 1
@@ -321,6 +356,8 @@ class AdmissionController:
             self._capacities.pop(model, None)
         now = self._clock()
         self._releases.append(now)
+        if lane:
+            self._lanes.give_back((model, lane), now, regular=not express)
         if client not in self._last_served:
             self._unserved_holders -= 1  # it holds this slot, so it was counted there until now
         self._last_served[client] = now
@@ -345,7 +382,7 @@ class AdmissionController:
                 waiter.express = waiter.front = True
                 self._express_in_flight[waiter.model] += 1
                 self.express += 1
-            self._take(waiter.model, waiter.client)
+            self._take(waiter.model, waiter.client, "" if waiter.express else waiter.lane)
             waiter.ticket.grant()
 
     def _light(self, waiter: Waiter) -> bool:
@@ -358,30 +395,27 @@ class AdmissionController:
         return GatewayError(503, reason, message, retry_after=wait)
 
 
-def _rate(times: Sequence[float]) -> float | None:
-    """Events per second over a window of timestamps, or None with too few to say."""
-    if len(times) < 4:
-        return None
-    span_s = times[-1] - times[0]
-    return (len(times) - 1) / span_s if span_s > 0 else None
-
-
 class _Slot:
     """One request's admission slot as an async context manager (a class: every request enters one)."""
 
-    __slots__ = ("_controller", "_model", "_deadline", "_priority", "_client", "_express")
+    __slots__ = ("_controller", "_model", "_deadline", "_priority", "_client", "_lane", "_express")
 
-    def __init__(self, controller: AdmissionController, model: str, deadline: float, priority: str, client: str):
+    def __init__(
+        self, controller: AdmissionController, model: str, deadline: float, priority: str, client: str, lane: str
+    ):
         self._controller = controller
         self._model = model
         self._deadline = deadline
         self._priority = priority
         self._client = client
+        self._lane = lane
         self._express = False
 
     async def __aenter__(self) -> bool:
-        self._express, front = await self._controller._enter(self._model, self._deadline, self._priority, self._client)
+        self._express, front = await self._controller._enter(
+            self._model, self._deadline, self._priority, self._client, self._lane
+        )
         return front
 
     async def __aexit__(self, *exc: object) -> None:
-        self._controller._release(self._model, self._client, self._express)
+        self._controller._release(self._model, self._client, self._express, self._lane)

@@ -25,9 +25,11 @@ class Edge:
         clock: Callable[[], float] = time.monotonic,
         capacity: Callable[[str], int | None] | None = None,
         share: ProcessShare | None = None,
+        lane_capacity: Callable[[str], int | None] | None = None,
     ) -> None:
-        """`capacity` gives, per model, the requests its workers hold without a long queue (the pool's);
-        `share` makes limits hold across the gateway's processes (the shared block and this process's number)."""
+        """`capacity` gives, per model, the requests its workers hold without a long queue (the pool's), and
+        `lane_capacity` the same per backend; `share` makes limits hold across the gateway's processes (the shared
+        block and this process's number)."""
         self.clock = clock
         self.keys = ApiKeys.from_sources(settings.api_keys_file, os.environ.get(ENV_VAR))
         default = Limit.parse(settings.rate_limit) if settings.rate_limit else None
@@ -39,6 +41,7 @@ class Edge:
             clock,
             capacity,
             settings.max_queue_wait_s,
+            lane_capacity,
         )
         if share is None:
             self.limiter = RateLimiter(default, per_key, clock=clock)

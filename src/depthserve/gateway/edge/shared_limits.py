@@ -92,6 +92,10 @@ class SharedAdmission(AdmissionController):
         cap = super()._model_cap(model)
         return None if cap is None else max(1, math.ceil(cap / self._processes))
 
+    def _lane_cap(self, lane: str) -> int | None:
+        cap = super()._lane_cap(lane)
+        return None if cap is None else max(1, math.ceil(cap / self._processes))
+
     def _changed(self, waiting: int) -> None:
         """The queue grew or shrank: say so to the other processes, and look for their freed slots meanwhile."""
         self._shared.publish_queue(self._index, waiting)

@@ -16,11 +16,13 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import count
+from typing import TypeVar
 
 from depthserve.handoff import Ticket
 
 PRIORITIES = ("high", "normal", "low")  # served in this order; shed from the end
 RANK = {name: rank for rank, name in enumerate(PRIORITIES)}
+K = TypeVar("K")
 
 
 @dataclass(eq=False)
@@ -31,6 +33,7 @@ class Waiter:
     priority: str
     client: str
     ticket: Ticket
+    lane: str = ""  # the backend a hash policy binds the request to ("": any of the model's)
     front: bool = False  # set when granted: its client was under its share, so the worker runs it first
     express: bool = False  # set when granted an express slot, past the workers' capacity
 
@@ -43,7 +46,10 @@ class WaitingRoom:
         self._lines: dict[str, OrderedDict[str, deque[Waiter]]] = {name: OrderedDict() for name in PRIORITIES}
         self._size = 0
         self._per_client: dict[str, int] = {}
-        self._per_model: dict[str, int] = {}  # so a hand-over asks each waiting model once, not each waiter
+        self._per_model: dict[str, int] = {}  # waiters per model, the autoscaling signal's queue
+        self._per_lane: dict[tuple[str, str], int] = {}  # so a hand-over asks each (model, lane) once, not each waiter
+        self._bound: dict[tuple[str, str, str], int] = {}  # (model, lane, client) -> waiters, of bound requests only
+        self._lane_clients: dict[tuple[str, str], int] = {}  # (model, lane) -> clients with a bound waiter there
         self._holding = holding  # client -> slots it holds now; its owner calls holding_changed on each change
         # Per priority, the turn order as stamps (client -> its stamp, rising as it moves to the back) and two
         # heaps, so neither the next client nor the longest line is found by a scan: (slots held, stamp, client)
@@ -69,6 +75,10 @@ class WaitingRoom:
         """Waiters of one model, all priorities (the autoscaling signal's queue)."""
         return self._per_model.get(model, 0)
 
+    def lane_line(self, model: str, lane: str, client: str) -> tuple[int, int]:
+        """(the client's waiters bound to backend `lane`, the clients with one there): a bound request's line."""
+        return self._bound.get((model, lane, client), 0), self._lane_clients.get((model, lane), 0)
+
     def clients(self) -> int:
         """Clients with at least one waiter."""
         return len(self._per_client)
@@ -85,6 +95,13 @@ class WaitingRoom:
         self._size += 1
         self._per_client[waiter.client] = self._per_client.get(waiter.client, 0) + 1
         self._per_model[waiter.model] = self._per_model.get(waiter.model, 0) + 1
+        key = (waiter.model, waiter.lane)
+        self._per_lane[key] = self._per_lane.get(key, 0) + 1
+        if waiter.lane:
+            bound = (waiter.model, waiter.lane, waiter.client)
+            self._bound[bound] = self._bound.get(bound, 0) + 1
+            if self._bound[bound] == 1:
+                self._lane_clients[key] = self._lane_clients.get(key, 0) + 1
 
     def remove(self, waiter: Waiter) -> bool:
         """Take a waiter out wherever it stands; False when it is not queued (already served or shed)."""
@@ -106,11 +123,12 @@ class WaitingRoom:
                 self._enter(priority, (held, turn, client))
 
     def next_to_serve(
-        self, can_run: Callable[[str], bool], accept: Callable[[Waiter], bool] | None = None
+        self, can_run: Callable[[str, str], bool], accept: Callable[[Waiter], bool] | None = None
     ) -> Waiter | None:
-        """Take the next waiter whose model can run: highest priority first, then the client holding the
-        fewest slots, ties in turn; with `accept`, only if it accepts that waiter (else nobody is taken)."""
-        runnable = {model for model in self._per_model if can_run(model)}
+        """Take the next waiter whose model (and lane) can run, `can_run(model, lane)`: highest priority first, then
+        the client holding the fewest slots, ties in turn; with `accept`, only if it accepts that waiter (else
+        nobody is taken)."""
+        runnable = {key for key in self._per_lane if can_run(*key)}
         if not runnable:
             return None  # the common case under overload: every waiting model is at its cap
         for priority, lines in self._lines.items():
@@ -122,7 +140,7 @@ class WaitingRoom:
                 if turns.get(client) != turn or self._holding(client) != held:
                     continue  # stale: the client has since moved on, or holds another count
                 passed.append(entry)
-                chosen = next((w for w in lines[client] if w.model in runnable), None)
+                chosen = next((w for w in lines[client] if (w.model, w.lane) in runnable), None)
             if chosen is None or (accept is not None and not accept(chosen)):
                 for entry in passed:
                     heapq.heappush(order, entry)
@@ -204,6 +222,12 @@ class WaitingRoom:
         self._size -= 1
         _count_down(self._per_client, waiter.client)
         _count_down(self._per_model, waiter.model)
+        _count_down(self._per_lane, (waiter.model, waiter.lane))
+        if waiter.lane:
+            bound = (waiter.model, waiter.lane, waiter.client)
+            _count_down(self._bound, bound)
+            if bound not in self._bound:
+                _count_down(self._lane_clients, (waiter.model, waiter.lane))
 
 
 def _bloated(heap: list[tuple[int, int, str]], turns: dict[str, int]) -> bool:
@@ -211,7 +235,7 @@ def _bloated(heap: list[tuple[int, int, str]], turns: dict[str, int]) -> bool:
     return len(heap) > 2 * len(turns) + 16
 
 
-def _count_down(counts: dict[str, int], key: str) -> None:
+def _count_down(counts: dict[K, int], key: K) -> None:
     """Decrement a count, dropping the key at zero so the dict holds only what is waiting."""
     left = counts[key] - 1
     if left:

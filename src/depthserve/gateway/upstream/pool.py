@@ -24,7 +24,7 @@ from depthserve.gateway.upstream.backend import Backend
 from depthserve.gateway.upstream.backend_slots import SlotQueue
 from depthserve.gateway.upstream.backend_stats import BackendStats
 from depthserve.gateway.upstream.calls import Call, Outcome
-from depthserve.gateway.upstream.capacity import known_full, pool_concurrency
+from depthserve.gateway.upstream.capacity import backend_concurrency, known_full, pool_concurrency
 from depthserve.gateway.upstream.grpc_transport import GrpcTransport, UpstreamTls
 from depthserve.gateway.upstream.health_checks import HealthChecker
 from depthserve.gateway.upstream.outlier import OutlierDetector
@@ -210,6 +210,11 @@ class BackendPool:
     def concurrency(self, model: str) -> int | None:
         """Requests the model's eligible backends can hold without a long queue, by their reports; None: unknown."""
         return pool_concurrency(self.eligible(self.clock(), model))
+
+    def backend_concurrency(self, address: str) -> int | None:
+        """Requests one backend holds without a long queue, by its reports; None: unknown (or no such backend)."""
+        backend = self.backends.get(address)
+        return None if backend is None else backend_concurrency(backend)
 
     def known_full(self, address: str, now: float | None = None) -> bool:
         """Whether a fresh load report says this backend's queue is full (an unknown backend is not); `now` if known."""
