@@ -617,28 +617,27 @@ async def test_express_slots_leave_the_workers_capacity_to_the_heavy_clients_que
     assert controller.in_flight == 0
 
 
-async def test_requests_bound_to_a_busy_backend_wait_for_its_slots_and_others_pass() -> None:
-    """A hash policy's requests are capped by their backend's capacity: the busy backend's surplus waits here, a
-    request bound to the idle one goes at once, and a slot the busy one frees goes to its own waiters only."""
-    lanes = {"a:1": 2, "b:1": 2}  # each backend runs one request with one queued
-    controller = AdmissionController(16, 16, capacity=lambda model: 8, lane_capacity=lanes.get)
+async def test_a_request_bound_to_an_idle_backend_passes_the_surplus_of_a_busy_one() -> None:
+    """Under a hash policy a busy backend's surplus may fill the model's slots, as any surplus may, but a request
+    bound to a backend with room still goes at once; a slot the busy backend frees is not room for its surplus
+    while the model is at its cap."""
+    lanes = {"a:1": 2, "b:1": 2}  # each backend runs one request with one queued: the model's cap is 4
+    controller = AdmissionController(16, 16, capacity=lambda model: 4, lane_capacity=lanes.get)
     order: list[str] = []
-    busy = [Holder(controller, order, f"a{i}", client=f"c{i}", lane="a:1") for i in range(4)]
+    busy = [Holder(controller, order, f"a{i}", client=f"c{i}", lane="a:1") for i in range(6)]
     tasks = [holder.start() for holder in busy]
-    await until(lambda: controller.queued["normal"] == 2)  # the model's cap (8) has room; backend a's (2) has not
-    assert order == ["a0", "a1"]
-    idle = [Holder(controller, order, f"b{i}", client=f"d{i}", lane="b:1") for i in range(3)]
-    for holder in idle[:2]:
-        tasks.append(holder.start())
-        await holder.entered.wait()  # backend b has room: no wait behind a's line
-    tasks.append(idle[2].start())
-    await until(lambda: controller.queued["normal"] == 3)  # b is full now too
+    await until(lambda: controller.queued["normal"] == 2)  # a's two, then the model's other two, are taken
+    assert order == ["a0", "a1", "a2", "a3"]
+    idle = Holder(controller, order, "b0", client="d", lane="b:1")
+    tasks.append(idle.start())
+    await idle.entered.wait()  # backend b has room: it does not wait behind a's surplus
+    assert controller.model_in_flight("m") == 5 and controller.queued["normal"] == 2
     busy[0].release.set()
-    await busy[2].entered.wait()  # a's freed slot goes to a's next waiter, not to b's
-    assert order == ["a0", "a1", "b0", "b1", "a2"] and controller.queued["normal"] == 2
-    idle[0].release.set()
-    await idle[2].entered.wait()
-    for holder in busy + idle:
+    await until(lambda: controller.model_in_flight("m") == 4)
+    assert controller.queued["normal"] == 2  # the model is at its cap and a has no room: a's surplus waits
+    idle.release.set()
+    await busy[4].entered.wait()  # below the cap again: the next waiter goes
+    for holder in busy:
         holder.release.set()
     await asyncio.gather(*tasks)
     assert controller.in_flight == 0 and controller._lanes.in_flight == {}  # every bound slot given back
@@ -674,9 +673,9 @@ async def test_the_door_estimates_a_bound_request_by_its_backends_rate() -> None
             await served("f", "fast:1")
         await served("s", "slow:1")
     order: list[str] = []
-    slow = [Holder(controller, order, f"s{i}", clock=clock, client="s", lane="slow:1") for i in range(6)]
+    slow = [Holder(controller, order, f"s{i}", clock=clock, client="s", lane="slow:1") for i in range(7)]
     tasks = [holder.start() for holder in slow]
-    await until(lambda: controller.queued["normal"] == 5)  # one runs, five wait: a sixth would be 6 s at 1 a second
+    await until(lambda: controller.queued["normal"] == 5)  # two in, five wait: a sixth would be 6 s at 1 a second
     assert controller.expected_wait("s") is not None and controller.expected_wait("s") < 1.0  # the pool's pace
     with pytest.raises(GatewayError) as refused:
         controller.check_door("m", clock() + 60, "s", "slow:1")

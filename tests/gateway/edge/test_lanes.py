@@ -49,15 +49,16 @@ def config(tmp_path: Path) -> str:
 def test_a_request_bound_for_an_idle_worker_passes_the_surplus_of_one_the_hash_overloads(
     tmp_path: Path, rgb_png: bytes
 ) -> None:
-    """Four clients the hash sends to a slow worker (400 ms a request, one at a time) ask eight at once; the client
-    the hash sends to the idle fast worker is answered before the slow worker finishes its first. Under the
-    model's cap (four slots for the two workers) the fast worker's client waited for the slow one's first reply."""
-    slow, slow_address = start_worker(tmp_path, "--synthetic-ms", "400", name="slow")
+    """Six clients the hash sends to a slow worker (600 ms a request, one at a time) ask at once and fill the
+    model's four slots (one each: none is light beside another, so no express slot); the client the hash sends
+    to the idle fast worker is answered before the slow worker finishes its first. Under the model's cap alone
+    it waited for the slow worker's first reply."""
+    slow, slow_address = start_worker(tmp_path, "--synthetic-ms", "600", name="slow")
     fast, fast_address = start_worker(tmp_path, name="fast")
     ring = make_policy("ip_hash")
     pool = snapshot(slow_address, fast_address)
     homes = {f"127.0.0.{i}": ring.pick(pool, request(client=f"127.0.0.{i}"))[0] for i in range(10, 90)}
-    slow_clients = [ip for ip, home in homes.items() if home == slow_address][:4]
+    slow_clients = [ip for ip, home in homes.items() if home == slow_address][:7]
     fast_client = next(ip for ip, home in homes.items() if home == fast_address)
     gateway, url = start_gateway(
         tmp_path, [slow_address, fast_address], "--policy", "ip_hash", "--config", config(tmp_path)
@@ -71,23 +72,23 @@ def test_a_request_bound_for_an_idle_worker_passes_the_surplus_of_one_the_hash_o
                 reply = client.post(f"{url}/v1/depth", content=rgb_png, headers={"Content-Type": "image/png"})
             answered[name] = (reply.status_code, time.monotonic())
 
-        send("warm-fast", fast_client)  # each worker's report tells the gateway what it runs at once
-        send("warm-slow", slow_clients[0])
-        threads = [threading.Thread(target=send, args=(f"slow{i}", slow_clients[i % 4])) for i in range(8)]
-        for thread in threads:
-            thread.start()
-
         def admission() -> tuple[int, int]:
             state = httpx.get(f"{url}/v1/cluster").json()["admission"]
             return state["in_flight"], state["queued"]["normal"]
 
-        wait_until(lambda: sum(admission()) == 8, gateway, 10)
-        assert admission() == (2, 6)  # the slow worker's two slots (one running, one queued) held, six waiting
-        send("fast", fast_client)
+        send("warm-fast", fast_client)  # each worker's report tells the gateway what it runs at once
+        send("warm-slow", slow_clients[6])
+        wait_until(lambda: admission() == (0, 0), gateway, 10)  # the warm-ups' slots are given back
+        threads = [threading.Thread(target=send, args=(f"slow{i}", slow_clients[i])) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: sum(admission()) == 6, gateway, 10)
+        assert admission() == (4, 2)  # the model's four slots held by the slow worker's clients, two waiting
+        send("fast", fast_client)  # bound for the fast worker, which has room: it does not wait behind them
         for thread in threads:
             thread.join(30)
         statuses = sorted(status for status, _ in answered.values())
-        assert statuses == [200] * 11  # sent 11, answered 11: none refused, none lost
+        assert statuses == [200] * 9  # sent 9, answered 9: none refused, none lost
         first_slow = min(at for name, (_, at) in answered.items() if name.startswith("slow"))
         assert answered["fast"][1] < first_slow
     finally:

@@ -106,6 +106,9 @@ async def drive(rng: random.Random, clients: str, models: str) -> None:
                 reference.remove(expected)
                 queued.remove(expected)
         assert len(room) == len(queued)
+        model, lane = rng.choice(models), rng.choice(LANES[1:])  # a bound request's line, as admission reads it
+        there = [w.client for w in queued if (w.model, w.lane) == (model, lane)]
+        assert room.lane_line(model, lane, client) == (there.count(client), len(set(there)))
     while queued:  # drain: the whole remaining order agrees too
         expected = reference.next_to_serve({(model, lane) for model in MODELS for lane in LANES}, held)
         assert expected is not None and room.next_to_serve(lambda model, lane: True) is expected

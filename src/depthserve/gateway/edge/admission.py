@@ -8,10 +8,10 @@ one batch queued each, so surplus waits here, where the client holding fewest sl
 wait longer than its budget (`max_queue_wait_s`, and half its remaining deadline) is refused at the
 door, in milliseconds, rather than queued to time out later.
 
-A request a hash policy binds to one backend (its lane, lanes.py) is capped by that backend's capacity
-instead of the model's, and its wait estimated from that backend's rate of releases and the clients
-waiting for it: a worker the hash sends more than it runs keeps its surplus here, and requests bound for
-the idle workers beside it pass.
+A request a hash policy binds to one backend (its lane, lanes.py) also gets in whenever that backend has
+room, model cap or not, and its wait is estimated from that backend's rate of releases and the clients
+waiting for it: a worker the hash sends more than it runs still fills the model's slots with its surplus
+(whose batches then fill), but requests bound for the idle workers beside it no longer wait with them.
 
 A worker runs its requests in turn, so a light client's request that waits here for a slot then
 waits again at the worker behind the heavy client's queued batch. Instead, while a heavy client holds
@@ -305,19 +305,18 @@ class AdmissionController:
 
     def _has_room(self, model: str, lane: str = "") -> bool:
         """Whether a regular slot is free: express slots are not counted against the workers' capacity, but
-        every slot is against a configured limit. A request bound to a backend of known capacity is held to
-        that backend's, not the model's (which its neighbours' surplus may fill)."""
+        every slot is against a configured limit. A request bound to a backend with room is let in even when
+        the model is at its cap, which the surplus of the backends beside it may fill."""
         in_flight = self._model_in_flight[model]
-        cap = self._lane_cap(lane) if lane else None
-        if cap is not None:
-            if self._lanes.in_flight[(model, lane)] >= cap:
-                return False
-        else:
-            cap = self._model_cap(model)
-            if cap is not None and in_flight - self._express_in_flight.get(model, 0) >= cap:
-                return False
         limit = self.model_limits.get(model)
-        return (limit is None or in_flight < limit) and self.in_flight < self.max_in_flight
+        if (limit is not None and in_flight >= limit) or self.in_flight >= self.max_in_flight:
+            return False
+        if lane:
+            lane_cap = self._lane_cap(lane)
+            if lane_cap is not None and self._lanes.in_flight[(model, lane)] < lane_cap:
+                return True
+        cap = self._model_cap(model)
+        return cap is None or in_flight - self._express_in_flight.get(model, 0) < cap
 
     def _lane_cap(self, lane: str) -> int | None:
         """The requests the backend `lane` holds without a long queue, or None when unknown."""
