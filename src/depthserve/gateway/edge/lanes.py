@@ -1,11 +1,11 @@
 """Requests a hash policy binds to one backend: their slots and recent releases per backend (a lane).
 
 Under a hash policy each client's requests go to one backend whatever the load, so the pool-wide cap and
-wait estimate say nothing about a bound request's turn: when the hash sends one worker more than it runs,
-that worker's surplus would fill the model's slots and the idle workers beside it would wait with it, and
-its clients, served at that worker's rate alone, would be promised the whole pool's. Admission keeps, per
-(model, backend), the slots its bound requests hold and when they ended, and caps and estimates a bound
-request by its lane.
+wait estimate say little about a bound request's turn: when the hash sends one worker more than it runs,
+that worker's surplus fills the model's slots and the idle workers beside it would wait with it, and its
+clients, served at that worker's rate alone, would be promised the whole pool's. Admission keeps, per
+(model, backend), the slots its bound requests hold and when they ended: a bound request whose backend has
+room gets in, model cap or not, and one that must wait is estimated by its backend's pace.
 """
 
 from __future__ import annotations
