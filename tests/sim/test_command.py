@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,52 @@ def test_a_run_that_fails_in_another_process_stops_the_sweep_with_its_error() ->
     scenario = Scenario.model_validate({"fleet": [{"kind": "A100", "count": 2}], "duration_s": 1, "warmup_s": 0})
     with pytest.raises(ValueError, match="no_such_policy"):
         run_all(scenario, ["no_such_policy", "p2c"], [0.5, 0.8], Console(file=io.StringIO()), jobs=2)
+
+
+def test_the_cell_processes_of_a_sweep_end_with_it_when_it_is_killed_outright(tmp_path: Path) -> None:
+    """`kill -9` of a `--jobs 2` sweep leaves no cell process running on: each watches the sweep that started it."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "depthserve", "sim", "four_workers", "--compare", "round_robin,p2c", "--load", "0.5",
+         "--duration", "100000", "--jobs", "2", "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        cells: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(cells) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            cells = [pid for pid in children(sweep.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(cells) == 2, "the sweep never started its two cell processes"
+    finally:
+        sweep.kill()
+        sweep.wait()
+    deadline = time.monotonic() + 20
+    while any(running(pid) for pid in cells) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in cells if running(pid)]
+    for pid in left:  # a failing run must not leave cells busy for the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is `pid`, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (an orphan's reaper may be slow to collect it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -12,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from depthserve.parent_death import PARENT_PID_ENV, end_with_parent
 from depthserve.sim import report
 from depthserve.sim.runner import RunResult, run
 from depthserve.sim.scenario import Scenario, load_scenario, shipped_scenarios
@@ -61,7 +63,9 @@ def run_all(
         else:
             progress.update(task, description=f"{scenario.name}: {len(cells)} runs in {jobs} processes")
             context = multiprocessing.get_context("spawn")  # no fork of a process with a progress thread
-            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            with ProcessPoolExecutor(
+                jobs, mp_context=context, initializer=_cell_process, initargs=(os.getpid(),)
+            ) as pool:
                 pending = [pool.submit(run, scenario, policy, load) for load, policy in cells]
                 try:
                     for future in as_completed(pending):
@@ -70,6 +74,13 @@ def run_all(
                     pool.shutdown(wait=False, cancel_futures=True)
                     raise
     return [done[cell] for cell in cells]
+
+
+def _cell_process(sweep: int) -> None:
+    """Start a cell process that ends with the sweep that started it, even one killed outright: a cell runs for
+    minutes, and one left behind would go on taking a core."""
+    os.environ[PARENT_PID_ENV] = str(sweep)
+    end_with_parent()
 
 
 def summary(results: Sequence[RunResult]) -> dict[str, object]:
