@@ -281,8 +281,8 @@ def test_random_admit_and_cancel_never_exceed_limits(seed: int, max_in_flight: i
                 assert controller.in_flight <= max_in_flight
                 assert controller.model_in_flight(model) <= limits.get(model, max_in_flight)
                 # the active clients' count kept as counts equals the set union it replaces
-                holders = controller._client_in_flight.keys() - controller._last_served.keys()
-                assert controller._unserved_holders == len(holders)
+                holders = controller._client_in_flight.keys() - controller._pace._last_served.keys()
+                assert controller._pace._unserved_holders == len(holders)
                 for _ in range(rng.randrange(4)):
                     await asyncio.sleep(0)
             outcomes.append("ok")

@@ -28,21 +28,20 @@ for the front when it gets a regular slot first. A request that finds room at on
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 
 from depthserve import handoff
 from depthserve.gateway.edge.holdings import Holdings
-from depthserve.gateway.edge.lanes import RATE_WINDOW, Lanes, events_per_second
+from depthserve.gateway.edge.lanes import Lanes
+from depthserve.gateway.edge.service_pace import ACTIVE_S, MAX_RETRY_AFTER_S, ServicePace
 from depthserve.gateway.edge.waiting_room import PRIORITIES, RANK, Waiter, WaitingRoom
 from depthserve.gateway.errors import GatewayError
 from depthserve.handoff import Ticket
 from depthserve.telemetry.buckets import BucketCounts
 from depthserve.telemetry.tracing import active, span
 
-ACTIVE_S = 1.0  # a client served this recently still shares the pool, though it holds nothing this instant
-_MAX_RETRY_AFTER = 30.0  # past this an estimate says "later", not a useful number
 CAPACITY_TTL_S = 0.05  # a model's capacity is read from the pool at most this often
 __all__ = ["PRIORITIES", "AdmissionController"]
 
@@ -83,10 +82,7 @@ class AdmissionController:
         self._holdings = Holdings()
         self._client_in_flight = self._holdings.per_client  # read here; changed only through _holdings
         self._room = WaitingRoom(self._client_in_flight.__getitem__)
-        self._releases: deque[float] = deque(maxlen=RATE_WINDOW)
-        self._last_served: dict[str, float] = {}  # client -> when it last released a slot, while recent
-        self._unserved_holders = 0  # clients holding a slot that are not in _last_served: the active count's rest
-        self._pruned_at = float("-inf")
+        self._pace = ServicePace(clock, self._busy)  # the recent release rate and the clients sharing it
         self.in_flight = 0
         self.admitted = 0  # requests that got a slot and ran
         self.express = 0  # requests of a client under its share let past the workers' capacity, to the queue's front
@@ -125,14 +121,7 @@ class AdmissionController:
 
     def retry_after(self) -> float:
         """Estimate seconds until a retry could be served: queue length over the recent release rate."""
-        if not self._releases:
-            return 1.0
-        span = self._clock() - self._releases[0]
-        if span <= 0:
-            return 1.0
-        rate = len(self._releases) / span
-        backlog = len(self._room) + 1
-        return min(_MAX_RETRY_AFTER, max(1.0, backlog / rate))
+        return self._pace.retry_after(len(self._room) + 1)
 
     async def _enter(self, model: str, deadline: float, priority: str, client: str, lane: str) -> tuple[bool, bool]:
         """Take a slot (waiting in the queue if need be) and count the wait; say (express slot, front of queue).
@@ -210,21 +199,9 @@ class AdmissionController:
             )
 
     def expected_wait(self, client: str) -> float | None:
-        """Seconds a new request of `client` would queue: its line over its share of the service rate, or None.
-
-        Fewest slots go first, so a client is served at least an equal share of the recent release rate
-        among the clients active lately; counting on no more keeps the estimate on the safe side (a
-        heavy client's own recent rate swings with its neighbours' bursts).
-        """
-        total = events_per_second(self._releases)
-        if total is None:
-            return None
-        self._prune()
-        # |served lately or holding a slot, and this one|, kept as counts: a set union per request costs
-        # O(clients), which with thousands of clients was most of admission's time under overload.
-        known = client in self._last_served or client in self._client_in_flight
-        active = len(self._last_served) + self._unserved_holders + (0 if known else 1)
-        return (self._room.waiting(client) + 1) * active / total
+        """Seconds a new request of `client` would queue: its line over its share of the service rate, or None."""
+        self._prune(self._clock())
+        return self._pace.expected_wait(client, self._room.waiting(client), client in self._client_in_flight)
 
     def _lane_wait(self, model: str, lane: str, client: str) -> float | None:
         """Seconds a request of `client` bound to backend `lane` would queue: the same estimate as
@@ -235,21 +212,14 @@ class AdmissionController:
         own, clients = self._room.lane_line(model, lane, client)
         return (own + 1) * (clients + (0 if own else 1)) / rate
 
-    def _prune(self, now: float | None = None) -> None:
-        """Forget clients idle for ACTIVE_S (looked at most every ACTIVE_S/2): memory stays bounded."""
-        if now is None:
-            now = self._clock()
-        if now - self._pruned_at < ACTIVE_S / 2:
-            return
-        self._pruned_at = now
-        idle = [
-            client
-            for client, served in self._last_served.items()
-            if served < now - ACTIVE_S and client not in self._client_in_flight and not self._room.waiting(client)
-        ]
-        for client in idle:
-            del self._last_served[client]
-        self._lanes.prune(now - ACTIVE_S)
+    def _busy(self, client: str) -> bool:
+        """Whether a client holds a slot or waits for one."""
+        return client in self._client_in_flight or self._room.waiting(client) > 0
+
+    def _prune(self, now: float) -> None:
+        """Forget clients, and backends' release times, idle for ACTIVE_S: memory stays bounded."""
+        if self._pace.prune(now):
+            self._lanes.prune(now - ACTIVE_S)
 
     def _make_place(self, priority: str, client: str) -> None:
         """Make one queue place by shedding a lower-priority or heavier client's newest waiter, or reject."""
@@ -327,8 +297,8 @@ class AdmissionController:
             self._lanes.take((model, lane))
         self.in_flight += 1
         self._model_in_flight[model] += 1
-        if not self._holdings.take(client) and client not in self._last_served:
-            self._unserved_holders += 1
+        if not self._holdings.take(client):
+            self._pace.first_slot(client)
         self._room.holding_changed(client)
 
     def _claim(self) -> bool:
@@ -354,12 +324,9 @@ class AdmissionController:
             del self._model_in_flight[model]  # model names come from requests: don't keep zeros forever
             self._capacities.pop(model, None)
         now = self._clock()
-        self._releases.append(now)
+        self._pace.released(client, now)
         if lane:
             self._lanes.give_back((model, lane), now, regular=not express)
-        if client not in self._last_served:
-            self._unserved_holders -= 1  # it holds this slot, so it was counted there until now
-        self._last_served[client] = now
         self._holdings.give_back(client)
         self._room.holding_changed(client)
         self._prune(now)  # at most every ACTIVE_S / 2: clients once seen are not kept for ever
@@ -390,7 +357,7 @@ class AdmissionController:
 
     def _reject(self, reason: str, message: str, retry_after: float | None = None) -> GatewayError:
         self.rejected[reason] += 1
-        wait = self.retry_after() if retry_after is None else min(_MAX_RETRY_AFTER, max(1.0, retry_after))
+        wait = self.retry_after() if retry_after is None else min(MAX_RETRY_AFTER_S, max(1.0, retry_after))
         return GatewayError(503, reason, message, retry_after=wait)
 
 
