@@ -275,3 +275,26 @@ def test_the_send_records_the_batches_queued_ahead_for_the_replys_sample() -> No
     policy.observe("w", True, 60.0, 8, 1.06)
     model = policy._models["w"]
     assert model.backlog == pytest.approx(2.0)  # learned against two batches ahead, not eight requests
+
+
+@pytest.mark.parametrize(("overdue", "first"), [(0.0, "fast0"), (0.5, "fast1")])
+def test_a_call_running_far_past_its_predicted_reply_sends_the_next_one_elsewhere(overdue: float, first: str) -> None:
+    policy = make_policy("learned", {"explore": 0.0, "choice_count": 2, "overdue": overdue}, seed=1)
+    assert isinstance(policy, Learned)
+    _learned_speeds(policy, *FASTS)
+    sent = snapshot(BackendView("fast0", load=ONE_SLOT), BackendView("fast1", in_flight=1, load=ONE_SLOT), now=1.0)
+    assert policy.pick(sent, REQUEST, 1) == ("fast0",)  # idle: taken at 1.0 s, predicted to reply in 20 ms
+    # Half a second on, that call is still out (a heavy-tailed draw, or a hung worker): (20 + 20) x 2 = 80 ms
+    # predicted behind it, against (20 + 2 x 20) x 3 = 180 on fast1, unless 0.5 x its 480 ms late is added.
+    later = snapshot(
+        BackendView("fast0", in_flight=1, load=ONE_SLOT), BackendView("fast1", in_flight=2, load=ONE_SLOT), now=1.5
+    )
+    assert policy.pick(later, REQUEST, 1) == (first,)
+
+
+def test_lateness_is_read_from_the_oldest_call_still_out_and_only_past_its_prediction() -> None:
+    model = _Model()
+    assert model.overdue_s((0.02, 0.02), 5.0) == 0.0  # nothing out
+    model.sent.extend([(1.0, 2.0), (1.4, 0.0)])
+    assert model.overdue_s((0.02, 0.02), 1.05) == 0.0  # sent behind two batches: due at 1.06 s
+    assert model.overdue_s((0.02, 0.02), 1.5) == pytest.approx(0.44)

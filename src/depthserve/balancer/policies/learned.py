@@ -20,6 +20,11 @@ for (`queue_bias`, 1); on a batching worker those queued share the next batch, s
 95%: p99 1.37x least latency's); bias 1 on batching workers spread too early on a fleet with room
 (mixed_fleet_1000: 1.12x), 0.5 on one-slot ones let heavy-tailed queues grow (four_workers at 80%: 2x);
 BENCHMARKS.md has the sweep behind the defaults.
+A backend's prediction ignores how long the call it is running has run, so while one heavy-tailed call
+there takes ten times its mean it still reads as a short wait and requests queue behind it: `overdue`
+(0.5) x how far the oldest call still out is past its predicted reply is added to the latency predicted
+there (the mean time left of a lognormal sigma-1 service grows by ~0.4 x what it has run past its mean;
+0 for a steady one), and a hung backend stops taking work before a timeout says so.
 No offline data: a backend known too little is costed at the median
 of the known ones, and before any is known it ranks as p2c does. A bounded share of picks (`explore`,
 default 0.5%: under the 1% a p99 is made of) goes to the backend of the sample heard from longest ago among
@@ -79,6 +84,14 @@ class _Model:
             sent.popleft()
         return backlog
 
+    def overdue_s(self, fit: tuple[float, float], now: float) -> float:
+        """How far past its expected reply (by `fit`, intercept and slope) the oldest call still out is, 0 if none."""
+        if not self.sent:
+            return 0.0
+        sent_at, behind = self.sent[0]
+        intercept_s, slope_s = fit
+        return max(0.0, now - sent_at - (intercept_s + slope_s * behind))
+
     def add(self, backlog: float, latency_s: float, keep: float) -> None:
         """Decay the sums by `keep`, add one sample, and refit."""
         self.weight = self.weight * keep + 1.0
@@ -111,8 +124,10 @@ class Learned:
         min_samples: int = 3,
         queue_bias: float = 1.0,
         batch_queue_bias: float = 0.5,
+        overdue: float = 0.5,
         seed: int | None = None,
     ) -> None:
+        self._overdue = overdue
         self._choice_count = choice_count
         self._tau = half_life_s / math.log(2)
         self._explore = explore
@@ -127,7 +142,8 @@ class Learned:
         """Read `choice_count` (2..64, default 8), `half_life_s` (0.1..600, default 2), `explore` (0..0.1,
         default 0.005: the share of picks spent learning), `min_samples` (1..100, default 3), `queue_bias` and
         `batch_queue_bias` (0..4, defaults 1 and 0.5: how steeply what is queued at a one-slot or a batching
-        backend raises its cost)."""
+        backend raises its cost), `overdue` (0..4, default 0.5: the share of its oldest call's lateness a
+        backend's predicted latency takes)."""
         parse = Options(cls.name, options)
         learned = cls(
             parse.integer("choice_count", 8, 2, 64),
@@ -136,6 +152,7 @@ class Learned:
             parse.integer("min_samples", 3, 1, 100),
             parse.number("queue_bias", 1.0, 0.0, 4.0),
             parse.number("batch_queue_bias", 0.5, 0.0, 4.0),
+            parse.number("overdue", 0.5, 0.0, 4.0),
             seed,
         )
         parse.done()
@@ -190,9 +207,13 @@ class Learned:
                 for m in models
             ]
             one, batch = self._queue_bias, self._batch_queue_bias
+            late = [
+                self._overdue * m.overdue_s(fit, snapshot.now) if m is not None and b > 0 else 0.0
+                for m, fit, b in zip(models, fits, backlog, strict=True)
+            ]
             cost = [
-                ((a + s * b) * (b + 1.0) ** (one if n <= 1.0 else batch), a)
-                for (a, s), b, n in zip(fits, ahead, slots, strict=True)
+                ((a + s * b + d) * (b + 1.0) ** (one if n <= 1.0 else batch), a)
+                for (a, s), b, n, d in zip(fits, ahead, slots, late, strict=True)
             ]
         else:  # nothing learned yet: p2c's rank, load per unit of weight
             weights = table.weights
