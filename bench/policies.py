@@ -13,7 +13,9 @@ With `--same-draws four_workers` the cells send the arrivals the simulator draws
 `--seed`, from the same clients; each cell restarts the workers so they draw the simulator's service
 times, worker by worker, and the policies' random draws are seeded alike (common random numbers): the
 table then differs from `depthserve sim four_workers --seed S --duration WARMUP+DURATION` by the
-simulator's error and the machine's timing, not by another draw of the dice.
+simulator's error and the machine's timing, not by another draw of the dice. With a copy of the scenario
+that `bench/sim_calibrate.py --out today.yaml` wrote (`--same-draws today.yaml`), loads are shares of what
+the workers complete on this machine now, at the own time it measured, not at the 0.6 ms of 2026-12-06.
 """
 
 from __future__ import annotations
@@ -188,10 +190,8 @@ class SameDraws:
         )
         speeds = tuple(entry.speed for entry in scenario.fleet for _ in range(entry.count))
         model = scenario.worker
-        if speeds != SPEEDS or (model.fixed_ms, model.max_batch, model.overhead_ms) != (service_ms, 1, WORKER_OWN_MS):
-            raise SystemExit(
-                f"--same-draws {name}: not this bench's fleet ({SPEEDS}, {service_ms} + {WORKER_OWN_MS} ms, one slot)"
-            )
+        if speeds != SPEEDS or (model.fixed_ms, model.max_batch) != (service_ms, 1):
+            raise SystemExit(f"--same-draws {name}: not this bench's fleet ({SPEEDS}, {service_ms} ms, one slot)")
         return cls(scenario)
 
     def ports(self) -> list[int]:
@@ -334,7 +334,10 @@ def main() -> None:
         [("--synthetic-noise", n) for n in same.noise()] if same else [("--seed", str(i)) for i in range(len(SPEEDS))]
     )
     service_s = [args.service_ms / 1000.0 / speed for speed in SPEEDS]
-    capacity = sum(1.0 / (s + WORKER_OWN_MS / 1000.0) for s in service_s)
+    # Loads are shares of what the workers complete: the scenario's own time when its draws are replayed (a
+    # calibrated copy, bench/sim_calibrate.py, sends its rates), else the one calibrated on 2026-12-06.
+    own_s = (same.scenario.worker.overhead_ms if same is not None else WORKER_OWN_MS) / 1000.0
+    capacity = sum(1.0 / (s + own_s) for s in service_s)
     body = png_bytes(seeded_image(64, 64))
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,6 +22,10 @@ The simulator's counterpart of that variation is its gateway's own timing (the h
 by jitter seeds over one seed's draws: the median of several live runs against the median over jitter seeds,
 
     python bench/sim_validate.py same1.md same2.md same3.md --seeds 1 --jitter-seeds 1-15 --duration 30
+
+The 95% cells hang on a tenth of a millisecond of a worker's own time a request, which this machine reads
+differently from one day to the next: calibrate in the same sitting as the live runs and give both sides the
+calibrated copy (`bench/sim_calibrate.py` says how), `--same-draws today.yaml` and `--scenario today.yaml`.
 """
 
 from __future__ import annotations
@@ -254,6 +258,9 @@ def main() -> None:
         by_seed = dict(zip(seeds, sims, strict=True))
         sims = [by_seed[seed] for seed in args.seeds]
     lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
+    first_line = resolve(args.scenario).read_text().partition("\n")[0]
+    if first_line.startswith("# bench/sim_calibrate.py"):  # say which sitting's machine both sides ran at
+        lines = [f"Calibration: {first_line.removeprefix('# ')}", "", *lines]
     Console(width=220).print("\n".join(lines), markup=False, highlight=False)
     if args.markdown is not None:
         args.markdown.write_text("\n".join(lines) + "\n")
