@@ -1,7 +1,7 @@
 """Calibrate `four_workers` on this machine, now: the workers' own time per request and the time outside the gateway.
 
 `bench/policies.py` and the scenario offer shares of what the four workers complete. At 95% the fast pair runs
-97-99% busy, where a tenth of a millisecond of a worker's own time per request moves the queue by a sixth, and
+97-99% busy, where half a millisecond of a worker's own time per request moves the p50 by up to 2x, and
 this two-core machine's reading of that time moved by half a millisecond between two days (live p50 at 95%
 then read 0.9x the simulator one day and 1.4x the next, with no change to the code). So a validation measures
 the machine in the same sitting as its live runs, and both sides offer the same rates at what it measured:
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from policies import SPEEDS  # noqa: E402  (a sibling script, not a package)
 
 IN_FLIGHT = 16
-OWN_TOLERANCE_MS = 0.15  # at 95% load, 0.15 ms more a request moves the fast pair's queue by about a sixth
+OWN_TOLERANCE_MS = 0.15  # 0.16 ms more a request moved the 95% cells by 0-6% (2026-12-07), 0.55 ms by up to 2x
 EDGE_TOLERANCE_MS = 0.5
 
 

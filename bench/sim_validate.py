@@ -23,7 +23,7 @@ by jitter seeds over one seed's draws: the median of several live runs against t
 
     python bench/sim_validate.py same1.md same2.md same3.md --seeds 1 --jitter-seeds 1-15 --duration 30
 
-The 95% cells hang on a tenth of a millisecond of a worker's own time a request, which this machine reads
+The 95% cells hang on fractions of a millisecond of a worker's own time a request, which this machine reads
 differently from one day to the next: calibrate in the same sitting as the live runs and give both sides the
 calibrated copy (`bench/sim_calibrate.py` says how), `--same-draws today.yaml` and `--scenario today.yaml`.
 """
