@@ -176,6 +176,12 @@ def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str
     return addresses, ["--policy", policy]
 
 
+def is_bench_fleet(scenario: Scenario, service_ms: float) -> bool:
+    """Whether a scenario's fleet is this bench's: its workers' speeds, `service_ms` at full speed, one slot."""
+    speeds = tuple(entry.speed for entry in scenario.fleet for _ in range(entry.count))
+    return speeds == SPEEDS and (scenario.worker.fixed_ms, scenario.worker.max_batch) == (service_ms, 1)
+
+
 @dataclass(frozen=True)
 class SameDraws:
     """The simulator's scenario whose random draws the live cells replay (`--same-draws`)."""
@@ -188,9 +194,7 @@ class SameDraws:
         scenario = load_scenario(resolve(name)).model_copy(
             update={"seed": seed, "warmup_s": warmup, "duration_s": warmup + duration}
         )
-        speeds = tuple(entry.speed for entry in scenario.fleet for _ in range(entry.count))
-        model = scenario.worker
-        if speeds != SPEEDS or (model.fixed_ms, model.max_batch) != (service_ms, 1):
+        if not is_bench_fleet(scenario, service_ms):
             raise SystemExit(f"--same-draws {name}: not this bench's fleet ({SPEEDS}, {service_ms} ms, one slot)")
         return cls(scenario)
 

@@ -30,7 +30,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 
 from depthserve.sim.command import resolve
@@ -41,17 +40,11 @@ from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
 
 sys.path.insert(0, str(Path(__file__).parent))
-from policies import SPEEDS  # noqa: E402  (a sibling script, not a package)
+from policies import SPEEDS, is_bench_fleet, served_by  # noqa: E402  (a sibling script, not a package)
 
 IN_FLIGHT = 16
 OWN_TOLERANCE_MS = 0.15  # 0.16 ms more a request moved the 95% cells by 0-6% (2026-12-07), 0.55 ms by up to 2x
 EDGE_TOLERANCE_MS = 0.5
-
-
-async def served(url: str) -> int:
-    """Requests the gateway's backends have answered so far."""
-    async with httpx.AsyncClient(timeout=5) as client:
-        return sum(b["served"] for b in (await client.get(f"{url}/v1/cluster")).json()["backends"])
 
 
 async def busy_rate(url: str, body: bytes, warmup_s: float, window_s: float) -> float:
@@ -66,9 +59,9 @@ async def busy_rate(url: str, body: bytes, warmup_s: float, window_s: float) -> 
 
     senders = [asyncio.create_task(keep_sending(c)) for c in client_pool(url, IN_FLIGHT, 30.0)]
     await asyncio.sleep(warmup_s)
-    first, started = await served(url), time.monotonic()
+    first, started = sum((await served_by(url)).values()), time.monotonic()
     await asyncio.sleep(window_s)
-    last, ended = await served(url), time.monotonic()
+    last, ended = sum((await served_by(url)).values()), time.monotonic()
     stop.set()
     await asyncio.gather(*senders)
     return (last - first) / (ended - started)
@@ -164,9 +157,7 @@ def main() -> None:
     base_path = resolve(args.base) if args.out else args.check
     base: Scenario = load_scenario(base_path)
     model = base.worker
-    if (model.max_batch, model.per_cost_ms) != (1, 0) or [
-        entry.speed for entry in base.fleet for _ in range(entry.count)
-    ] != list(SPEEDS):
+    if not is_bench_fleet(base, model.fixed_ms) or model.per_cost_ms:
         raise SystemExit(f"{base_path}: not bench/policies.py's fleet ({SPEEDS}, one request at a time)")
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,8 +185,8 @@ def main() -> None:
         f"0 ms worker p50 {statistics.median(p50):.2f} ms at {rate:.0f} req/s"
     )
     args.out.write_text(calibrated(base_path.read_text(), own_ms, edge_ms, note))
-    load_scenario(args.out)  # what was written must load
-    console.print(f"wrote {args.out}: capacity {load_scenario(args.out).capacity_rps():.1f} req/s")
+    written = load_scenario(args.out)  # what was written must load
+    console.print(f"wrote {args.out}: capacity {written.capacity_rps():.1f} req/s")
 
 
 if __name__ == "__main__":
