@@ -9,6 +9,10 @@ idle while another had work queued.
 
     python bench/policies.py [--duration 20] [--policies round_robin,p2c,...] [--markdown out.md]
 
+At 80% and 95% a queue swings over tens of seconds, so a cell there needs longer than one at 50% to be
+repeatable: `--duration 30 --duration-at 0.8=120,0.95=120` gives those loads 120 s each and the others 30 s
+(the table's last column says each cell's length, which `bench/sim_validate.py` simulates it at).
+
 With `--same-draws four_workers` the cells send the arrivals the simulator draws for that scenario at
 `--seed`, from the same clients; each cell restarts the workers so they draw the simulator's service
 times, worker by worker, and the policies' random draws are seeded alike (common random numbers): the
@@ -71,6 +75,7 @@ class Cell:
     shares: list[float]
     utilisation: list[float]
     idle_while_queued: float
+    seconds: float  # the measured window it was offered load for
 
 
 async def sample_idle_while_queued(
@@ -156,7 +161,7 @@ async def run_cell(
     shares = [d / max(1, sum(done)) for d in done]
     wall = stats.duration_s
     utilisation = [min(1.0, d * s / wall) for d, s in zip(done, service_s, strict=True)]
-    return Cell(policy, load, stats, shares, utilisation, idle)
+    return Cell(policy, load, stats, shares, utilisation, idle, duration)
 
 
 def gateway_args(policy: str, addresses: list[str]) -> tuple[list[str], list[str]]:
@@ -189,11 +194,9 @@ class SameDraws:
     scenario: Scenario
 
     @classmethod
-    def of(cls, name: str, seed: int, warmup: float, duration: float, service_ms: float) -> SameDraws:
-        """The scenario at this seed and length; its fleet must be this bench's."""
-        scenario = load_scenario(resolve(name)).model_copy(
-            update={"seed": seed, "warmup_s": warmup, "duration_s": warmup + duration}
-        )
+    def of(cls, name: str, seed: int, warmup: float, service_ms: float) -> SameDraws:
+        """The scenario at this seed and warm-up; its fleet must be this bench's."""
+        scenario = load_scenario(resolve(name)).model_copy(update={"seed": seed, "warmup_s": warmup})
         if not is_bench_fleet(scenario, service_ms):
             raise SystemExit(f"--same-draws {name}: not this bench's fleet ({SPEEDS}, {service_ms} ms, one slot)")
         return cls(scenario)
@@ -207,9 +210,25 @@ class SameDraws:
         kinds = [entry.kind.lower() for entry in self.scenario.fleet for _ in range(entry.count)]
         return [f"{self.scenario.seed}:{kind}-{index:04d}:50051" for index, kind in enumerate(kinds)]
 
-    def schedule(self, load: float) -> list[tuple[float, int]]:
-        """The simulator's arrivals at this load: (seconds from the start, client index)."""
-        return [(arrival.at, arrival.client) for arrival in arrivals(self.scenario, load)]
+    def schedule(self, load: float, duration: float) -> list[tuple[float, int]]:
+        """The simulator's arrivals at this load for a cell this long: (seconds from the start, client index)."""
+        scenario = self.scenario.model_copy(update={"duration_s": self.scenario.warmup_s + duration})
+        return [(arrival.at, arrival.client) for arrival in arrivals(scenario, load)]
+
+
+def seconds_per_load(text: str) -> dict[float, float]:
+    """`--duration-at 0.8=120,0.95=120`: the loads whose cells run longer than --duration, and for how long."""
+    lengths: dict[float, float] = {}
+    for item in filter(None, text.split(",")):
+        load, _, seconds = item.partition("=")
+        try:
+            length = float(seconds)
+            lengths[round(float(load), 4)] = length
+        except ValueError:
+            length = 0.0
+        if length <= 0:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected LOAD=SECONDS with SECONDS > 0, e.g. 0.8=120")
+    return lengths
 
 
 def start_workers(
@@ -257,6 +276,7 @@ def render(cells: list[Cell], markdown: Path | None) -> None:
         "share fast/slow",
         "util min-max",
         "idle while queued",
+        "seconds",
     )
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
@@ -275,6 +295,7 @@ def render(cells: list[Cell], markdown: Path | None) -> None:
             f"{fast:.0%}/{1 - fast:.0%}",
             f"{min(cell.utilisation):.0%}-{max(cell.utilisation):.0%}",
             f"{cell.idle_while_queued:.0%}",
+            f"{cell.seconds:g}",
         ]
         table.add_row(*row)
         lines.append("| " + " | ".join(row) + " |")
@@ -298,6 +319,13 @@ def render(cells: list[Cell], markdown: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per cell")
+    parser.add_argument(
+        "--duration-at",
+        type=seconds_per_load,
+        default={},
+        metavar="LOAD=SECONDS,...",
+        help="cells at these loads run this long instead of --duration: 0.8=120,0.95=120",
+    )
     parser.add_argument("--service-ms", type=float, default=20.0, help="mean service time of a full-speed worker")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     parser.add_argument("--loads", default=",".join(str(x) for x in LOADS))
@@ -324,11 +352,11 @@ def main() -> None:
         "and clients, each worker's service times (workers restarted per cell), the policies' random picks",
     )
     args = parser.parse_args()
-    same = (
-        SameDraws.of(args.same_draws, args.seed, args.warmup, args.duration, args.service_ms)
-        if args.same_draws
-        else None
-    )
+    same = SameDraws.of(args.same_draws, args.seed, args.warmup, args.service_ms) if args.same_draws else None
+    loads = [float(x) for x in args.loads.split(",")]
+    unknown = sorted(set(args.duration_at) - {round(load, 4) for load in loads})
+    if unknown:
+        parser.error(f"--duration-at names loads not in --loads: {', '.join(f'{x:g}' for x in unknown)}")
     ports: list[int | None] = [int(port) for port in args.ports.split(",")] if args.ports else [None] * len(SPEEDS)
     if same is not None and not args.ports:
         ports = [*same.ports()] or ports
@@ -350,7 +378,8 @@ def main() -> None:
         try:
             workers, addresses = start_workers(logs, args.service_ms, ports, noise)
             for policy in args.policies.split(","):
-                for load in (float(x) for x in args.loads.split(",")):
+                for load in loads:
+                    seconds = args.duration_at.get(round(load, 4), args.duration)
                     if same is not None and cells:  # each cell's workers draw their streams from the start
                         for proc in workers:
                             proc.stop()
@@ -364,7 +393,8 @@ def main() -> None:
                     try:
                         waited = asyncio.run(wait_idle(url))
                         print(
-                            f"{policy} at {load:.0%} of {capacity:.0f} req/s (workers idle after {waited:.1f} s) ...",
+                            f"{policy} at {load:.0%} of {capacity:.0f} req/s for {seconds:g} s "
+                            f"(workers idle after {waited:.1f} s) ...",
                             file=sys.stderr,
                             flush=True,
                         )
@@ -377,10 +407,10 @@ def main() -> None:
                                 addresses,
                                 service_s,
                                 body,
-                                args.duration,
+                                seconds,
                                 args.warmup,
                                 seed=args.seed * 1000 + int(load * 100),
-                                schedule=same.schedule(load) if same is not None else None,
+                                schedule=same.schedule(load, seconds) if same is not None else None,
                             )
                         )
                         cells.append(cell)

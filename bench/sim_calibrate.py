@@ -7,9 +7,10 @@ then read 0.9x the simulator one day and 1.4x the next, with no change to the co
 the machine in the same sitting as its live runs, and both sides offer the same rates at what it measured:
 
     python bench/sim_calibrate.py --out today.yaml                         # before the live runs
-    python bench/policies.py --same-draws today.yaml --seed 1 --duration 30 --markdown r1.md   # r2, r3 alike
+    python bench/policies.py --same-draws today.yaml --seed 1 --duration 30 --duration-at 0.8=120,0.95=120 \\
+        --markdown r1.md                                                   # r2 alike
     python bench/sim_calibrate.py --check today.yaml                       # after them: exit 1 if the machine moved
-    python bench/sim_validate.py r1.md r2.md r3.md --scenario today.yaml --seeds 1 --jitter-seeds 1-15 --duration 30
+    python bench/sim_validate.py r1.md r2.md --scenario today.yaml --seeds 1 --jitter-seeds 1-15
 
 Own time: the four workers at a constant 20 ms / speed, kept busy through a least-connections gateway by a
 closed loop of 16 requests in flight (every worker always has the next one queued, and the machine carries

@@ -9,19 +9,23 @@ and percentile (Spearman's rho, and whether the same policy is first). The simul
 
     python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --markdown live1.md
     python bench/policies.py --duration 15 --ports 50461,50462,50463,50464 --seed 1 --markdown live2.md
-    python bench/sim_validate.py live1.md live2.md --seeds 1-13 --duration 15 --markdown validation.md
+    python bench/sim_validate.py live1.md live2.md --seeds 1-13 --markdown validation.md
 
 With common random numbers (each live run replays one seed's draws), luck is out of the comparison:
 
     python bench/policies.py --duration 15 --same-draws four_workers --seed 1 --markdown same1.md
-    python bench/sim_validate.py same1.md --seeds 1 --paired --duration 15
+    python bench/sim_validate.py same1.md --seeds 1 --paired
 
 Two live runs of the same seed's draws (`same1.md same1b.md --seeds 1,1 --paired`) are also compared with
 each other: they differ only by the machine's timing, which bounds the agreement the simulator can show.
 The simulator's counterpart of that variation is its gateway's own timing (the health checks' jitter), redrawn
 by jitter seeds over one seed's draws: the median of several live runs against the median over jitter seeds,
 
-    python bench/sim_validate.py same1.md same2.md same3.md --seeds 1 --jitter-seeds 1-15 --duration 30
+    python bench/sim_validate.py same1.md same2.md same3.md --seeds 1 --jitter-seeds 1-15
+
+Each cell is simulated for as long as the live one ran (the table's seconds column: `bench/policies.py --duration 30
+--duration-at 0.8=120,0.95=120` runs the queue-bound loads longer); `--duration` gives the length of a table
+written before that column.
 
 The 95% cells hang on fractions of a millisecond of a worker's own time a request, which this machine reads
 differently from one day to the next: calibrate in the same sitting as the live runs and give both sides the
@@ -45,17 +49,35 @@ Figures = dict[Cell, tuple[float, float]]  # p50 and p99 in ms
 WITHIN = 1.3
 
 
-def read_live(path: Path) -> Figures:
-    """The p50 and p99 of each row of a `bench/policies.py --markdown` table."""
+def read_live(path: Path, seconds: float) -> tuple[Figures, dict[Cell, float]]:
+    """The p50 and p99 of each row of a `bench/policies.py --markdown` table, and each cell's measured seconds
+    (its last column; `seconds` for a table written before it had one)."""
     figures: Figures = {}
+    lengths: dict[Cell, float] = {}
     for line in path.read_text().splitlines():
         fields = [field.strip() for field in line.strip().strip("|").split("|")]
         if len(fields) < 7 or not fields[1].endswith("%") or fields[4] == "nan":
             continue
-        figures[(fields[0], round(float(fields[1][:-1]) / 100, 4))] = (float(fields[4]), float(fields[6]))
+        cell = (fields[0], round(float(fields[1][:-1]) / 100, 4))
+        figures[cell] = (float(fields[4]), float(fields[6]))
+        lengths[cell] = float(fields[10]) if len(fields) > 10 else seconds
     if not figures:
         raise SystemExit(f"{path}: no table rows of bench/policies.py")
-    return figures
+    return figures, lengths
+
+
+def cell_lengths(tables: Sequence[tuple[Path, dict[Cell, float]]]) -> dict[Cell, float]:
+    """The measured seconds of the cells every table holds; runs of one cell at two lengths are not one cell."""
+    cells = set.intersection(*(set(lengths) for _, lengths in tables))
+    first_path, first = tables[0]
+    for path, lengths in tables[1:]:
+        for cell in sorted(cells):
+            if lengths[cell] != first[cell]:
+                raise SystemExit(
+                    f"{cell[0]} at {cell[1]:.0%} ran {first[cell]:g} s in {first_path} and {lengths[cell]:g} s in "
+                    f"{path}: compare runs of the same length"
+                )
+    return {cell: first[cell] for cell in cells}
 
 
 def ranks(values: Sequence[float]) -> list[float]:
@@ -106,28 +128,43 @@ def median_of(runs: Sequence[Figures]) -> Figures:
 
 def simulate(
     scenario_name: str,
-    cells: set[Cell],
+    cells: dict[Cell, float],
     seeds: Sequence[int],
-    duration: float,
     jobs: int,
     jitters: Sequence[int | None] = (None,),
 ) -> list[Figures]:
-    """The scenario's figures for the live cells, one set per seed and jitter seed (each cell measured after its
-    warm-up); a jitter seed keeps the seed's arrivals and workers' draws and moves only the gateway's own timing."""
+    """The scenario's figures for the live cells, one set per seed and jitter seed, each cell measured for its
+    seconds after its warm-up; a jitter seed keeps the seed's arrivals and workers' draws and moves only the
+    gateway's own timing."""
     scenario = load_scenario(resolve(scenario_name))
-    policies = sorted({c[0] for c in cells})
-    loads = sorted({c[1] for c in cells})
     console = Console(stderr=True)
     runs = []
     for seed in seeds:
         for jitter in jitters:
-            update = {"seed": seed, "jitter_seed": jitter, "duration_s": scenario.warmup_s + duration}
-            results = run_all(scenario.model_copy(update=update), policies, loads, console, jobs)
-            sketches = {(r.policy, round(r.load, 4)): r.stats.latency for r in results}
-            runs.append({cell: (_ms(s.quantile(0.5)), _ms(s.quantile(0.99))) for cell, s in sketches.items()})
+            figures: Figures = {}
+            for seconds in sorted(set(cells.values())):
+                group = {cell for cell, length in cells.items() if length == seconds}
+                policies = sorted({c[0] for c in group})
+                loads = sorted({c[1] for c in group})
+                update = {"seed": seed, "jitter_seed": jitter, "duration_s": scenario.warmup_s + seconds}
+                results = run_all(scenario.model_copy(update=update), policies, loads, console, jobs)
+                sketches = {(r.policy, round(r.load, 4)): r.stats.latency for r in results}
+                figures |= {c: (_ms(s.quantile(0.5)), _ms(s.quantile(0.99))) for c, s in sketches.items() if c in group}
+            runs.append(figures)
             named = f"seed {seed}" + ("" if jitter is None else f", jitter seed {jitter}")
-            console.print(f"{named}: {len(results)} cells simulated")
+            console.print(f"{named}: {len(figures)} cells simulated")
     return runs
+
+
+def lengths_said(cells: dict[Cell, float]) -> str:
+    """Each cell length and the loads measured that long: `30 s at 50%, 120 s at 80% and 95%`."""
+    said = []
+    for seconds in sorted(set(cells.values())):
+        loads = sorted({load for (_, load), length in cells.items() if length == seconds})
+        named = [f"{load:.0%}" for load in loads]
+        listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        said.append(f"{seconds:g} s at {listed}")
+    return ", ".join(said)
 
 
 def _ms(quantile: float | None) -> float:
@@ -230,7 +267,12 @@ def main() -> None:
     parser.add_argument("live", nargs="+", type=Path, help="tables written by bench/policies.py --markdown")
     parser.add_argument("--scenario", default="four_workers", help="the scenario that models the live cluster")
     parser.add_argument("--seeds", default="1-13", type=seed_list, help="the simulator's draws: 1-13 or 1,2,5")
-    parser.add_argument("--duration", type=float, default=15.0, help="measured seconds per cell, as the live run's")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=15.0,
+        help="measured seconds per cell of a table without a seconds column (bench/policies.py before 2026-12-07)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="simulated cells at once, each in its own process")
     parser.add_argument(
         "--jitter-seeds",
@@ -250,14 +292,16 @@ def main() -> None:
         parser.error(f"--paired: one seed per live table ({len(args.live)} tables, seeds {args.seeds})")
     if args.paired and args.jitter_seeds:
         parser.error("--paired compares each live table with one simulation: give --jitter-seeds without it")
-    live = [read_live(path) for path in args.live]
-    cells = set.intersection(*(set(run) for run in live))
+    tables = [(path, *read_live(path, args.duration)) for path in args.live]
+    live = [figures for _, figures, _ in tables]
+    cells = cell_lengths([(path, lengths) for path, _, lengths in tables])
     seeds = sorted(set(args.seeds))  # two live runs of one seed's draws share its simulation
-    sims = simulate(args.scenario, cells, seeds, args.duration, args.jobs, args.jitter_seeds or (None,))
+    sims = simulate(args.scenario, cells, seeds, args.jobs, args.jitter_seeds or (None,))
     if not args.jitter_seeds:  # one simulation per seed, in the order of the live tables
         by_seed = dict(zip(seeds, sims, strict=True))
         sims = [by_seed[seed] for seed in args.seeds]
     lines = report_paired(live, sims, args.seeds) if args.paired else report(live, sims)
+    lines = [f"Cells measured for {lengths_said(cells)} on both sides.", "", *lines]
     first_line = resolve(args.scenario).read_text().partition("\n")[0]
     if first_line.startswith("# bench/sim_calibrate.py"):  # say which sitting's machine both sides ran at
         lines = [f"Calibration: {first_line.removeprefix('# ')}", "", *lines]
