@@ -91,12 +91,12 @@ def probe(path: Path, options: VideoOptions, limits: VideoLimits) -> VideoInfo:
             if stated_s > limits.max_seconds:
                 raise too_large("too_long", f"video of {stated_s:.1f}s exceeds the limit of {limits.max_seconds:g}s")
             stated_frames = stream.frames
+            fps = _rate(stream)  # while open: av 18.1.1 refuses a closed container's stream attributes
             count, end_s = _count_packets(container, stream)
     except VideoError:
         raise
     except av.error.FFmpegError as exc:
         raise corrupt(f"not a readable video (truncated or corrupt): {exc.strerror or type(exc).__name__}") from None
-    fps = _rate(stream)
     if count == 0:
         raise corrupt("the video stream holds no frames")
     if stated_frames and count < stated_frames:
