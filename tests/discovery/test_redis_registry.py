@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 
 import pytest
@@ -72,6 +73,43 @@ async def test_registration_heartbeats_then_leaves(url: str) -> None:
         assert [e["id"] for e in await reader.entries()] == ["w9"] and registration.heartbeats >= 2
         await registration.stop()
         assert await reader.entries() == []
+    finally:
+        await reader.close()
+
+
+async def test_a_poll_cancelled_at_any_moment_ends(url: str) -> None:
+    """redis-py 8.2 swallowed a cancellation landing at some moments of a command, so a gateway's discovery
+    loop cancelled at shutdown went on polling and the shutdown hung; without the fix this failed within 20."""
+    rng = random.Random(7)
+    for attempt in range(200):
+        registry = RedisRegistry(url)
+
+        async def poll(registry: RedisRegistry = registry) -> None:
+            while True:
+                await registry.entries()
+
+        task = asyncio.create_task(poll())
+        await asyncio.sleep(rng.uniform(0, 0.01))
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=2)
+        assert done, f"attempt {attempt}: the poll loop went on after its cancellation"
+        assert task.cancelled()
+        await registry.close()
+
+
+async def test_a_fast_heartbeat_stops_and_stays_deregistered(url: str) -> None:
+    """Stop ends a heartbeat whatever it was doing, and no write it had under way re-registers the worker."""
+    reader = RedisRegistry(url)
+    rng = random.Random(8)
+    try:
+        for attempt in range(40):
+            registration = Registration(RedisRegistry(url), entry(f"w{attempt}", "10.0.0.9:50051"), ttl_s=0.03)
+            await registration.start()
+            await asyncio.sleep(rng.uniform(0, 0.03))
+            async with asyncio.timeout(5):
+                await registration.stop()
+            await asyncio.sleep(0.005)
+            assert await reader.entries() == [], f"attempt {attempt}: a heartbeat wrote after the worker left"
     finally:
         await reader.close()
 

@@ -8,10 +8,11 @@ watch one registry without coordination).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -23,6 +24,8 @@ from depthserve.discovery.source import Backends, PollingSource, log
 KEY_PREFIX = "depthserve:registry:"
 DEFAULT_CLUSTER = "default"
 TIMEOUT_S = 2.0  # a registry that does not answer within this is treated as unreachable
+
+T = TypeVar("T")
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -48,6 +51,25 @@ class RedisRegistry:
         self._client = aioredis.from_url(
             client_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
         )
+        self._timeout_s = timeout_s
+        self._commands: set[asyncio.Future[Any]] = set()  # running, some perhaps for a caller that was cancelled
+
+    async def _call(self, command: Awaitable[T]) -> T:
+        """Run a Redis command in a task of its own, so that cancelling the caller never lands inside redis-py.
+
+        redis-py 8.2 swallows a cancellation that arrives mid-command: a heartbeat or a poll loop cancelled
+        there went on forever, and the worker's stop or the gateway's shutdown that awaited it hung. Shielded,
+        the caller is cancelled at once and the command ends on its own within the socket timeout.
+        """
+        task = asyncio.ensure_future(command)
+        self._commands.add(task)
+        task.add_done_callback(_forget(self._commands))
+        return await asyncio.shield(task)
+
+    async def _settled(self) -> None:
+        """Let commands left by cancelled callers end first, so a delete is not overtaken by an earlier write."""
+        if self._commands:
+            await asyncio.wait(set(self._commands), timeout=2 * self._timeout_s)
 
     def key(self, worker_id: str) -> str:
         """The key of one worker's entry."""
@@ -56,18 +78,19 @@ class RedisRegistry:
     async def register(self, entry: Mapping[str, Any], ttl_s: float) -> None:
         """Write (or renew) an entry that expires after `ttl_s` unless written again."""
         with foreign_errors(f"registry {self.url}"):
-            await self._client.set(self.key(str(entry["id"])), json.dumps(dict(entry)), px=max(1, int(ttl_s * 1000)))
+            value = json.dumps(dict(entry))
+            await self._call(self._client.set(self.key(str(entry["id"])), value, px=max(1, int(ttl_s * 1000))))
 
     async def deregister(self, worker_id: str) -> None:
         """Delete an entry at once (a draining worker)."""
+        await self._settled()
         with foreign_errors(f"registry {self.url}"):
-            await self._client.delete(self.key(worker_id))
+            await self._call(self._client.delete(self.key(worker_id)))
 
     async def entries(self) -> list[dict[str, Any]]:
         """List the live entries; malformed ones are skipped with a log line."""
         with foreign_errors(f"registry {self.url}"):
-            keys = [key async for key in self._client.scan_iter(match=f"{KEY_PREFIX}{self.cluster}:*", count=500)]
-            values = await self._client.mget(keys) if keys else []
+            keys, values = await self._call(self._read())
         found = []
         for key, value in zip(keys, values, strict=True):
             if value is None:
@@ -81,10 +104,27 @@ class RedisRegistry:
                 found.append(entry)
         return found
 
+    async def _read(self) -> tuple[list[Any], list[Any]]:
+        """Scan this cluster's keys and read their values."""
+        keys = [key async for key in self._client.scan_iter(match=f"{KEY_PREFIX}{self.cluster}:*", count=500)]
+        return keys, (await self._client.mget(keys) if keys else [])
+
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool once the commands still running have ended."""
+        await self._settled()
         with foreign_errors(f"registry {self.url}"):
             await self._client.aclose()
+
+
+def _forget(running: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback that drops a command from `running` and reads its outcome, so none is logged as lost."""
+
+    def ended(task: asyncio.Future[Any]) -> None:
+        running.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    return ended
 
 
 class RedisSource(PollingSource):
