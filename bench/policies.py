@@ -63,6 +63,10 @@ LOADS = (0.5, 0.8, 0.95)
 # gateway completes 48.4-48.7 req/s: 20.6 ms a request), the four_workers scenario's overhead_ms: loads are
 # shares of what the workers complete.
 WORKER_OWN_MS = 0.6
+# One gateway process, as the simulator runs: a default gateway here runs one per core, each balancing its own
+# share of the connections on its own view of in-flight counts and latencies (least latency at 95% read 165 ms
+# with two and 201 with one, 2026-12-07), which is another policy than the one simulated.
+GATEWAY_FLAGS = ("--processes", "1")
 
 
 @dataclass
@@ -389,7 +393,8 @@ def main() -> None:
                         # The policies draw as the simulator's do; every worker at full weight from the start, as
                         # the simulated ones, which all turn ready at the same instant, ramp alike.
                         flags += ["--policy-seed", str(same.scenario.seed), "--slow-start-s", "0"]
-                    gateway, url = start_gateway(logs, backends, *flags)  # each cell from a cold start, as simulated
+                    # each cell from a cold start, as simulated
+                    gateway, url = start_gateway(logs, backends, *flags, *GATEWAY_FLAGS)
                     try:
                         waited = asyncio.run(wait_idle(url))
                         print(

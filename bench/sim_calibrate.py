@@ -41,7 +41,7 @@ from depthserve.testing.processes import Proc, start_gateway, start_worker
 from depthserve.testing.samples import png_bytes, seeded_image
 
 sys.path.insert(0, str(Path(__file__).parent))
-from policies import SPEEDS, is_bench_fleet, served_by  # noqa: E402  (a sibling script, not a package)
+from policies import GATEWAY_FLAGS, SPEEDS, is_bench_fleet, served_by  # noqa: E402  (a sibling script, not a package)
 
 IN_FLIGHT = 16
 OWN_TOLERANCE_MS = 0.15  # 0.16 ms more a request moved the 95% cells by 0-6% (2026-12-07), 0.55 ms by up to 2x
@@ -97,7 +97,9 @@ def measure_own(logs: Path, service_ms: float, rounds: int, window_s: float) -> 
             addresses.append(address)
         readings = []
         for _ in range(rounds):
-            gateway, url = start_gateway(logs, addresses, "--policy", "least_connections", "--slow-start-s", "0")
+            gateway, url = start_gateway(
+                logs, addresses, "--policy", "least_connections", "--slow-start-s", "0", *GATEWAY_FLAGS
+            )
             try:
                 rate = asyncio.run(busy_rate(url, body, 2.0, window_s))
             finally:
@@ -116,7 +118,7 @@ def measure_edge(logs: Path, rate: float, rounds: int, window_s: float) -> list[
     try:
         readings = []
         for index in range(rounds):
-            gateway, url = start_gateway(logs, [address], "--slow-start-s", "0")
+            gateway, url = start_gateway(logs, [address], "--slow-start-s", "0", *GATEWAY_FLAGS)
             try:
                 stats = asyncio.run(open_loop(f"{url}/v1/depth", body, rate, window_s, seed=index, warmup_s=1.0))
             finally:

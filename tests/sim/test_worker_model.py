@@ -10,6 +10,7 @@ import pytest
 from depthserve.protocol.load_report import LoadReport
 from depthserve.sim.worker_model import GpuKind, Job, ServiceModel, SimWorker
 from depthserve.testing import virtual_time
+from depthserve.worker.device_queue import DeviceQueue
 
 
 def worker(**fields: object) -> SimWorker:
@@ -102,3 +103,36 @@ def test_a_reply_reports_the_next_batch_already_running_as_a_real_worker_does() 
     assert [(r.queue, r.running) for r in (first, second, last)] == [(1, 1), (0, 1), (0, 0)]
     assert first.mem_total and first.mem_used / first.mem_total == pytest.approx(0.25)  # model plus one in flight
     assert last.mem_used / last.mem_total == pytest.approx(0.20)  # the model alone: nothing left to run
+
+
+def test_utilisation_reads_as_the_live_workers_device_queue_does() -> None:
+    """A report's utilisation is the device's busy share of the last 5 s, own time left out, as the live worker's
+    DeviceQueue measures it on the same timeline; score ranks by it, and a 2 s window counting the own time made
+    simulated score read 20% slower than live at 95% load (2026-12-07)."""
+    service = ServiceModel(fixed_s=0.8, per_cost_s=0.0, sigma=0.0, network_s=0.0, overhead_s=0.2)
+    sim = SimWorker("w:1", GpuKind("A100"), service, max_batch=1)
+    clock = [0.0]
+    live = DeviceQueue(limit=8, clock=lambda: clock[0])
+    jobs = (0.0, 1.1, 2.2, 6.0, 7.1)  # the device held 0.8 s from each, then the worker's own 0.2 s
+    events = sorted([(at, "job") for at in jobs] + [(at + 0.8, "release") for at in jobs])
+    events = sorted(events + [(at, "read") for at in (0.5, 2.5, 3.05, 5.5, 6.4, 7.5, 10.0, 12.5)])
+
+    async def main() -> list[tuple[float, float, float]]:
+        loop = asyncio.get_running_loop()
+        readings = []
+        for at, what in events:
+            await asyncio.sleep(at - loop.time())
+            clock[0] = at
+            if what == "job":
+                assert sim.submit(Job(1.0, 0, loop.create_future(), at), loop)
+                await live.acquire()
+            elif what == "release":
+                live.release()
+            else:
+                readings.append((at, sim.utilisation(at), live.utilisation()))
+        return readings
+
+    readings = virtual_time.run(main())
+    for at, simulated, measured in readings:
+        assert simulated == pytest.approx(measured, abs=1e-6), f"at {at} s"
+    assert [round(simulated, 3) for _, simulated, _ in readings] == [0.1, 0.38, 0.48, 0.38, 0.34, 0.34, 0.32, 0.08]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from depthserve.protocol.load_report import LoadReport
 
-UTIL_WINDOW_S = 2.0  # busy fraction in load reports is measured over this window
+UTIL_WINDOW_S = 5.0  # busy fraction in load reports is measured over this window, as a live worker's DeviceQueue
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class SimWorker:
     served: int = 0
     busy_s: float = 0.0  # total busy time, for utilisation
     _busy_since: float | None = None
+    _device_until: float = 0.0  # when the running batch releases the device (its own time follows)
     _recent: deque[tuple[float, float, int]] = field(default_factory=deque)  # (end, duration, items), recent
     _recent_busy: float = 0.0  # sums over _recent, kept as it changes: a report is O(1)
     _recent_items: int = 0
@@ -135,14 +136,17 @@ class SimWorker:
         speed = self.kind.speed / self.slowdown
         duration = self.service.time(sum(job.cost for job in batch), speed, self._rng)
         self._busy_since = now
+        self._device_until = now + max(0.0, duration - self.service.overhead_s)  # its own time comes after
         loop.call_at(now + duration, self._finish, loop, batch, duration)
 
     def _finish(self, loop: asyncio.AbstractEventLoop, batch: list[Job], duration: float) -> None:
         now = loop.time()
-        self.busy_s += duration
+        # The device's share of the batch: a live worker's DeviceQueue counts the device hold, not its own time.
+        device = max(0.0, duration - self.service.overhead_s)
+        self.busy_s += device
         self._busy_since = None
-        self._recent.append((now, duration, len(batch)))
-        self._recent_busy += duration
+        self._recent.append((now - duration + device, device, len(batch)))
+        self._recent_busy += device
         self._recent_items += len(batch)
         self.running = []
         if self.hung or self.dead or self.cut_off:
@@ -164,11 +168,14 @@ class SimWorker:
             self._recent_items -= items
 
     def utilisation(self, now: float) -> float:
-        """Busy fraction over the last UTIL_WINDOW_S."""
+        """Device-busy fraction over the last UTIL_WINDOW_S, the part of a batch before the window left out."""
         self._trim(now)
         busy = self._recent_busy
+        if self._recent:
+            end, duration, _ = self._recent[0]
+            busy -= max(0.0, min(duration, now - UTIL_WINDOW_S - (end - duration)))
         if self._busy_since is not None:
-            busy += now - self._busy_since
+            busy += max(0.0, min(now, self._device_until) - max(self._busy_since, now - UTIL_WINDOW_S))
         return min(1.0, max(0.0, busy) / UTIL_WINDOW_S)
 
     def report(self, now: float) -> LoadReport:
