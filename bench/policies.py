@@ -64,8 +64,8 @@ LOADS = (0.5, 0.8, 0.95)
 # shares of what the workers complete.
 WORKER_OWN_MS = 0.6
 # One gateway process, as the simulator runs: a default gateway here runs one per core, each balancing its own
-# share of the connections on its own view of in-flight counts and latencies (least latency at 95% read 165 ms
-# with two and 201 with one, 2026-12-07), which is another policy than the one simulated.
+# share of the connections on its own view of in-flight counts and latencies, which is another policy than the
+# one simulated (least latency's 95% cell read 165 ms with two and 201 with one, a run each, 2026-12-07).
 GATEWAY_FLAGS = ("--processes", "1")
 
 
